@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Parameters of a volume: parsing and validation (pure, unit tested).
+ *
+ * config_set takes one key=value at a time, exactly as nbdkit hands
+ * them over; config_check cross-checks them once all are in.  Every
+ * error is a message naming the parameter (or the leg) written to the
+ * caller's buffer, so the glue can pass it to nbdkit_error and the
+ * unit tests can compare it.
+ */
+
+#ifndef REPLICATE_CONFIG_H
+#define REPLICATE_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stddef.h>
+
+/* Hard limit on legs (and metadata slots): leg sets are 16-bit masks. */
+#define MAX_LEGS 16
+
+enum read_policy { READ_LEAST_BUSY, READ_ROUND_ROBIN, READ_FIRST };
+enum init_mode { INIT_NONE, INIT_COPY, INIT_ZERO, INIT_ASSUME_CLEAN };
+enum metadata_mode { METADATA_INTERNAL, METADATA_NONE };
+
+struct config {
+  const char *uris[MAX_LEGS];   /* NBD legs in command-line order */
+  size_t nr_uris;
+  bool local_leg0;              /* filter shape: leg 0 is the plugin below */
+
+  unsigned connections;         /* libnbd handles per NBD leg */
+  unsigned quorum;              /* 0 = majority, resolved by config_check */
+  bool quorum_majority;
+  enum read_policy read;
+  double timeout;               /* seconds */
+  const char *control;          /* control socket path or NULL */
+
+  uint32_t chunk;               /* bitmap granularity (bytes) */
+  unsigned max_legs;            /* metadata slots */
+  uint32_t al_extent;           /* activity-log extent size (bytes) */
+  unsigned al_extents;          /* activity-log capacity (extents) */
+  uint64_t resync_rate;         /* bytes/s, 0 = unlimited */
+  uint64_t resync_min_rate;     /* bytes/s kept under client load */
+
+  enum init_mode init;
+  double wait;                  /* seconds to wait for legs at start */
+  bool force;
+  int prefer;                   /* leg index, -1 = none */
+  enum metadata_mode metadata;
+
+  int ublk_id;                  /* -1 = no ublk frontend */
+  unsigned ublk_queues;
+  unsigned ublk_depth;
+
+  /* Which keys were given, to reject repeats of single-valued ones. */
+  uint32_t seen;
+};
+
+/* Fill in the defaults. */
+extern void config_init (struct config *c, bool local_leg0);
+
+/* Apply key=value.  Returns 0, or -1 with a message in err, or 1 if
+ * the key is not ours (the filter passes those on to the plugin).
+ * Strings are kept by pointer: they must outlive the config (nbdkit's
+ * do).
+ */
+extern int config_set (struct config *c, const char *key, const char *value,
+                       char *err, size_t errlen);
+
+/* Cross-check after the last key.  Returns 0 or -1 with a message. */
+extern int config_check (struct config *c, char *err, size_t errlen);
+
+/* Total number of legs (the local one included). */
+extern size_t config_nr_legs (const struct config *c);
+
+/* Check that an NBD URI is well formed enough to be a leg.  Returns 0
+ * or -1 with a message saying what is wrong.
+ */
+extern int config_check_uri (const char *uri, char *err, size_t errlen);
+
+/* Parse a human size (512, 64K, 4M, 1G ... 1E; case-insensitive,
+ * optional trailing "B" or "iB").  Returns 0 or -1.
+ */
+extern int config_parse_size (const char *str, uint64_t *r);
+
+/* Parse seconds (non-negative, decimals allowed).  Returns 0 or -1. */
+extern int config_parse_seconds (const char *str, double *r);
+
+/* Names for status and messages. */
+extern const char *read_policy_name (enum read_policy p);
+extern const char *init_mode_name (enum init_mode m);
+
+#define CONFIG_HELP \
+  "replica=URI                NBD URI of a leg (repeatable; bare URIs work).\n" \
+  "connections=N              libnbd connections per NBD leg (default 4).\n" \
+  "quorum=N|majority          Up-to-date legs needed to accept writes (default 1).\n" \
+  "read=least-busy|round-robin|first  Which leg serves reads.\n" \
+  "timeout=SECS               Per-request leg timeout (default 10).\n" \
+  "control=PATH               Control socket for nbdrep.\n" \
+  "chunk=SIZE                 Out-of-sync bitmap granularity (default 64K).\n" \
+  "max-legs=N                 Metadata slots, fixed at creation (default 8).\n" \
+  "al-extent=SIZE             Activity-log extent size (default 4M).\n" \
+  "al-extents=N               Activity-log capacity (default 1024).\n" \
+  "resync-rate=SIZE           Resync bandwidth cap per second (default none).\n" \
+  "resync-min-rate=SIZE       Resync floor under client load (default 4M).\n" \
+  "init=copy|zero|assume-clean  How to create a volume over legs holding data.\n" \
+  "wait=SECS                  How long to wait for legs at start (default 10).\n" \
+  "force=BOOL                 Start without enough members of the newest generation.\n" \
+  "prefer=INDEX               Resolve split brain in favour of this leg.\n" \
+  "metadata=internal|none     On-disk metadata at the end of each leg (default).\n" \
+  "ublk=ID                    Also serve /dev/ublkbID from the engine.\n" \
+  "ublk-queues=N, ublk-depth=N  ublk queues and depth."
+
+#endif /* REPLICATE_CONFIG_H */

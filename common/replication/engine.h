@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The replication engine: what the nbdkit glue (plugin and filter) sees.
+ *
+ * One engine instance is one volume: N legs kept identical.  The glue
+ * feeds it configuration (engine_config), starts it (engine_start,
+ * engine_after_fork), forwards client requests (engine_pread ...) and
+ * stops it (engine_stop).  Everything else (legs, metadata, resync,
+ * control socket) lives behind this header.
+ *
+ * The engine uses only nbdkit_error and nbdkit_debug from nbdkit, so
+ * it links into unit tests with those two stubbed.  The filter's leg 0
+ * (the plugin underneath) is reached through struct local_ops, which
+ * the filter glue implements on top of nbdkit's next/context API.
+ *
+ * Errors: every function returning int returns 0 on success and -1 on
+ * failure.  Data functions set *err to the errno for the client (EIO,
+ * ENOSPC, EPERM or the error every leg returned alike); they never let
+ * libnbd's ENOTCONN or "invalid state" EINVAL through.
+ */
+
+#ifndef REPLICATE_ENGINE_H
+#define REPLICATE_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stddef.h>
+
+struct volume;
+
+/* Request flags, numerically equal to nbdkit's NBDKIT_FLAG_*. */
+#define ENGINE_FLAG_MAY_TRIM  (1 << 0)
+#define ENGINE_FLAG_FUA       (1 << 1)
+#define ENGINE_FLAG_REQ_ONE   (1 << 2)
+
+/* Extent types, numerically equal to NBDKIT_EXTENT_* and NBD_STATE_*. */
+#define ENGINE_EXTENT_HOLE    (1 << 0)
+#define ENGINE_EXTENT_ZERO    (1 << 1)
+
+/* Called once per extent found by engine_extents or local_ops.extents;
+ * returns -1 to stop early with an error.
+ */
+typedef int (*extent_fn) (void *opaque, uint64_t offset, uint64_t length,
+                          uint32_t type);
+
+/* The filter's leg 0: the plugin underneath, called synchronously.
+ * Each data function returns 0 or -1 with *err set.  The engine calls
+ * these from several threads at once; the glue serialises them when
+ * the plugin's thread model requires it.
+ */
+struct local_ops {
+  int64_t (*get_size) (void *opaque);
+  int (*can_write) (void *opaque);
+  int (*can_flush) (void *opaque);
+  int (*can_fua) (void *opaque);        /* 1 if FUA is native */
+  int (*can_zero) (void *opaque);
+  int (*can_cache) (void *opaque);
+  int (*can_extents) (void *opaque);
+  int (*block_size) (void *opaque,
+                     uint32_t *minimum, uint32_t *preferred,
+                     uint32_t *maximum);
+  int (*pread) (void *opaque, void *buf, uint32_t count, uint64_t offset,
+                int *err);
+  int (*pwrite) (void *opaque, const void *buf, uint32_t count,
+                 uint64_t offset, uint32_t flags, int *err);
+  int (*zero) (void *opaque, uint32_t count, uint64_t offset,
+               uint32_t flags, int *err);
+  int (*flush) (void *opaque, int *err);
+  int (*cache) (void *opaque, uint32_t count, uint64_t offset, int *err);
+  int (*extents) (void *opaque, uint32_t count, uint64_t offset,
+                  uint32_t flags, extent_fn fn, void *fn_opaque, int *err);
+  /* Human-readable name of the leg for status, e.g. "file (local)". */
+  const char *name;
+};
+
+/* Which shape the engine serves. */
+enum engine_shape {
+  SHAPE_PLUGIN,          /* all legs are NBD URIs */
+  SHAPE_FILTER,          /* leg 0 is local_ops, legs 1..N are NBD URIs */
+};
+
+/* Create an engine.  Returns NULL (after nbdkit_error) on failure. */
+extern struct volume *engine_new (enum engine_shape shape);
+
+/* Free an engine that was never started, or one that engine_stop has
+ * stopped.
+ */
+extern void engine_free (struct volume *v);
+
+/* Feed one key=value parameter.  Unknown keys are an error naming them.
+ * In the filter, unknown keys return 1 so the glue can pass them to
+ * the plugin underneath.
+ */
+extern int engine_config (struct volume *v, const char *key,
+                          const char *value);
+
+/* Cross-check the configuration after the last parameter. */
+extern int engine_config_complete (struct volume *v);
+
+/* Help text for the parameters, for --help. */
+extern const char *engine_config_help;
+
+/* Set the filter's leg 0.  Must be called before engine_start. */
+extern void engine_set_local (struct volume *v, const struct local_ops *ops,
+                              void *opaque);
+
+/* Connect to every leg (waiting up to wait=), read their metadata,
+ * elect the newest legs, recover from a crash, bump the generation.
+ * Afterwards the volume can serve requests once engine_after_fork has
+ * run.  It may run before nbdkit forks into the background: it leaves
+ * no thread behind.
+ */
+extern int engine_start (struct volume *v);
+
+/* Start the engine's threads: connection pollers, the monitor
+ * (reconnect, resync), the activity-log flusher and the control
+ * socket.
+ */
+extern int engine_after_fork (struct volume *v);
+
+/* Stop everything: finish resyncs' current step, flush every leg,
+ * empty the activity log (a clean stop), close connections, join
+ * threads.
+ */
+extern void engine_stop (struct volume *v);
+
+/* What the client may be told at negotiation. */
+extern int64_t engine_get_size (struct volume *v);
+extern int engine_can_write (struct volume *v);
+extern int engine_can_trim (struct volume *v);
+extern int engine_can_extents (struct volume *v);
+extern int engine_block_size (struct volume *v, uint32_t *minimum,
+                              uint32_t *preferred, uint32_t *maximum);
+
+/* Data path. */
+extern int engine_pread (struct volume *v, void *buf, uint32_t count,
+                         uint64_t offset, int *err);
+extern int engine_pwrite (struct volume *v, const void *buf, uint32_t count,
+                          uint64_t offset, uint32_t flags, int *err);
+extern int engine_zero (struct volume *v, uint32_t count, uint64_t offset,
+                        uint32_t flags, int *err);
+extern int engine_trim (struct volume *v, uint32_t count, uint64_t offset,
+                        uint32_t flags, int *err);
+extern int engine_flush (struct volume *v, int *err);
+extern int engine_cache (struct volume *v, uint32_t count, uint64_t offset,
+                         int *err);
+extern int engine_extents (struct volume *v, uint32_t count, uint64_t offset,
+                           uint32_t flags, extent_fn fn, void *opaque,
+                           int *err);
+
+/* Extra lines for --dump-plugin, written with the given printer. */
+extern void engine_dump (void (*print) (const char *key, const char *value));
+
+#endif /* REPLICATE_ENGINE_H */

@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Range lock: serialises overlapping byte ranges, lets the rest run.
+ *
+ * Client writes hold the bytes they write; resync and verify hold whole
+ * chunks while they look at the source and write the target.  Two holds
+ * conflict only if their byte ranges overlap.
+ *
+ * There is no global lock.  The volume is cut into granules (a power of
+ * two, the chunk size); granule g is registered in bucket g % nbuckets,
+ * each bucket having its own mutex, condition variable and list of the
+ * holds registered there.  A hold registers itself in the bucket of
+ * every granule it covers, in ascending granule order, waiting at each
+ * granule while a registered hold overlaps its bytes within that
+ * granule.  Because every hold acquires in ascending order and already
+ * owns every lower granule it covers, no cycle of waiters can form.
+ *
+ * A 4 KiB write touches one bucket: one short mutex section to
+ * register, one to unregister.  The list of a bucket is a vector that
+ * grows and never shrinks, so steady state does no allocation.
+ */
+
+#ifndef REPLICATE_RANGELOCK_H
+#define REPLICATE_RANGELOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct rangelock;
+
+/* One hold: caller-owned storage (usually on the stack), valid from lock
+ * to unlock.
+ */
+struct range_hold {
+  uint64_t offset;
+  uint64_t length;
+  uint64_t first_granule;   /* filled in by the lock functions */
+  uint64_t nr_buckets_held; /* how many buckets it is registered in */
+};
+
+/* Create a lock with granule size granularity (a power of two) and
+ * nbuckets buckets (a power of two).  Returns NULL on ENOMEM.
+ */
+extern struct rangelock *rangelock_new (uint64_t granularity,
+                                        unsigned nbuckets);
+extern void rangelock_free (struct rangelock *rl);
+
+/* Hold [offset, offset+length), waiting for overlapping holds to go.
+ * length must be > 0.  Returns 0, or -1 on ENOMEM (nothing held).
+ */
+extern int rangelock_lock (struct rangelock *rl, struct range_hold *h,
+                           uint64_t offset, uint64_t length);
+
+/* Like rangelock_lock, but never waits: returns 1 if held, 0 if an
+ * overlapping hold exists (nothing held), -1 on ENOMEM.
+ */
+extern int rangelock_trylock (struct rangelock *rl, struct range_hold *h,
+                              uint64_t offset, uint64_t length);
+
+/* Release a hold and wake those waiting on it. */
+extern void rangelock_unlock (struct rangelock *rl, struct range_hold *h);
+
+#endif /* REPLICATE_RANGELOCK_H */
