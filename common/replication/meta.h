@@ -43,9 +43,12 @@
  *   104 u64 ctime (unix seconds)  112 u64 mtime (unix seconds)
  *   120 gen  generation (u64 counter, u64 id)
  *   136 gen  history[META_HISTORY] (newest first)
- *   136 + 16 * META_HISTORY: per slot (max_legs entries of 40 bytes)
+ *   136 + 16 * META_HISTORY: per slot (MAX_LEGS entries of 40 bytes,
+ *         those from max_legs on all zero)
  *         u8[16] leg_uuid, u32 flags (SLOT_ASSIGNED, SLOT_MEMBER),
  *         u32 reserved, gen bm_gen
+ *   length is always 136 + 16 * META_HISTORY + 40 * MAX_LEGS (1288);
+ *   history entries from history_len on are zero
  *
  * Activity-log body:
  *
@@ -55,8 +58,11 @@
  * Bitmap page body:
  *
  *   32  u8[16] volume_uuid   48  u32 slot   52  u32 page
- *   56  u8[8] reserved
- *   64  u64 words[BM_PAGE_WORDS]  (bit i of the page = chunk
+ *   56  gen bm_gen (u64 counter, u64 id): the slot's bm_gen when the
+ *       page was written; a page whose bm_gen is not the slot's current
+ *       one is left over from an earlier absence and is not used
+ *   72  u8[8] reserved
+ *   80  u64 words[BM_PAGE_WORDS]  (bit i of the page = chunk
  *       page * BM_PAGE_BITS + i; bit i is bit (i % 64) of word i / 64)
  */
 
@@ -67,16 +73,16 @@
 #include <stdint.h>
 #include <stddef.h>
 
-#include "config.h"
+#include "params.h"
 
 #define META_VERSION 1
 #define META_BLOCK 4096              /* every record is written in 4K units */
 #define META_HISTORY 32              /* earlier generations remembered */
 #define META_SB_AREA (2 * META_BLOCK)
 
-#define BM_PAGE_HEADER 64
-#define BM_PAGE_WORDS ((META_BLOCK - BM_PAGE_HEADER) / 8)   /* 504 */
-#define BM_PAGE_BITS (BM_PAGE_WORDS * 64)                   /* 32256 */
+#define BM_PAGE_HEADER 80
+#define BM_PAGE_WORDS ((META_BLOCK - BM_PAGE_HEADER) / 8)   /* 502 */
+#define BM_PAGE_BITS (BM_PAGE_WORDS * 64)                   /* 32128 */
 
 #define AL_HEADER 56
 #define AL_MAX_EXTENTS 65536
@@ -198,16 +204,18 @@ extern enum meta_status al_decode (const uint8_t *buf, uint32_t capacity,
                                    uint32_t *nr, char *err, size_t errlen);
 
 /* Bitmap page codec.  buf is META_BLOCK bytes, words BM_PAGE_WORDS.
- * decode checks the volume UUID, slot and page number.
+ * decode checks the volume UUID, slot and page number, and returns the
+ * page's bm_gen for the caller to compare with the slot's.
  */
 extern void bm_page_encode (uint8_t *buf, uint64_t seq,
                             const uint8_t volume_uuid[16],
                             uint32_t slot, uint32_t page,
-                            const uint64_t *words);
+                            struct gen bm_gen, const uint64_t *words);
 extern enum meta_status bm_page_decode (const uint8_t *buf,
                                         const uint8_t volume_uuid[16],
                                         uint32_t slot, uint32_t page,
-                                        uint64_t *seq, uint64_t *words,
+                                        uint64_t *seq, struct gen *bm_gen,
+                                        uint64_t *words,
                                         char *err, size_t errlen);
 
 /* Generations. */

@@ -8,11 +8,15 @@
  * There is no global lock.  The volume is cut into granules (a power of
  * two, the chunk size); granule g is registered in bucket g % nbuckets,
  * each bucket having its own mutex, condition variable and list of the
- * holds registered there.  A hold registers itself in the bucket of
- * every granule it covers, in ascending granule order, waiting at each
- * granule while a registered hold overlaps its bytes within that
- * granule.  Because every hold acquires in ascending order and already
- * owns every lower granule it covers, no cycle of waiters can form.
+ * holds registered there.  A hold registers itself once in the bucket
+ * of every granule it covers, in ascending bucket order, waiting at
+ * each bucket while a hold registered there overlaps its bytes within a
+ * granule of that bucket.  Because every hold registers in ascending
+ * bucket order, a hold only ever waits for holds that are already past
+ * it, and no cycle of waiters can form.  (Ascending granule order would
+ * not do: a hold covering more granules than there are buckets would be
+ * registered for its later granules before reaching them, and two such
+ * holds could wait for each other.)
  *
  * A 4 KiB write touches one bucket: one short mutex section to
  * register, one to unregister.  The list of a bucket is a vector that

@@ -8,8 +8,8 @@
  * unit tests can compare it.
  */
 
-#ifndef REPLICATE_CONFIG_H
-#define REPLICATE_CONFIG_H
+#ifndef REPLICATE_PARAMS_H
+#define REPLICATE_PARAMS_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -110,4 +110,4 @@ extern const char *init_mode_name (enum init_mode m);
   "ublk=ID                    Also serve /dev/ublkbID from the engine.\n" \
   "ublk-queues=N, ublk-depth=N  ublk queues and depth."
 
-#endif /* REPLICATE_CONFIG_H */
+#endif /* REPLICATE_PARAMS_H */

@@ -1,0 +1,360 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The control socket: one JSON request per line, one JSON reply per
+ * line (DESIGN.md section 9).
+ *
+ * One thread polls the listening socket and up to MAX_CLIENTS clients.
+ * Requests are handled one at a time, in arrival order; a command that
+ * changes membership may take as long as a leg timeout.  Replies are
+ * written blocking (clients are local and read what they asked for).
+ * The socket file is created with mode 0600 (the controller's owner
+ * operates it) and removed at stop.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <jansson.h>
+
+#include "internal.h"
+#include "control.h"
+#include "cleanup.h"
+
+#define MAX_CLIENTS 16
+#define MAX_LINE (64 * 1024)
+
+struct client {
+  int fd;
+  size_t len;
+  char buf[MAX_LINE];
+};
+
+struct control {
+  struct volume *v;
+  int listen_fd;
+  int stop_fd[2];               /* a pipe: written to stop the thread */
+  pthread_t thread;
+  struct client *clients[MAX_CLIENTS];
+};
+
+/* An error reply. */
+static json_t *
+error_reply (const char *fs, ...)
+  __attribute__ ((format (printf, 1, 2)));
+static json_t *
+error_reply (const char *fs, ...)
+{
+  char msg[512];
+  va_list ap;
+
+  va_start (ap, fs);
+  vsnprintf (msg, sizeof msg, fs, ap);
+  va_end (ap);
+  return json_pack ("{s:b, s:s}", "ok", 0, "error", msg);
+}
+
+/* The leg named by the request's "index", or NULL with *reply set. */
+static struct leg *
+leg_arg (struct volume *v, json_t *req, json_t **reply)
+{
+  json_t *ix = json_object_get (req, "index");
+  json_int_t i;
+
+  if (!json_is_integer (ix)) {
+    *reply = error_reply ("missing or invalid \"index\"");
+    return NULL;
+  }
+  i = json_integer_value (ix);
+  if (i < 0 || (size_t) i >= v->nr_legs) {
+    *reply = error_reply ("no leg %" JSON_INTEGER_FORMAT " (the volume has "
+                          "%zu legs)", i, v->nr_legs);
+    return NULL;
+  }
+  return &v->legs[i];
+}
+
+/* fail-leg: take a leg out for maintenance (it is reconnected and
+ * resynced by the monitor as after any failure).
+ */
+static json_t *
+cmd_fail_leg (struct volume *v, json_t *req)
+{
+  json_t *reply = NULL;
+  struct leg *l = leg_arg (v, req, &reply);
+  enum leg_state st;
+
+  if (l == NULL)
+    return reply;
+  st = atomic_load (&l->state);
+  if (st != LEG_UPTODATE && st != LEG_SYNCING)
+    return error_reply ("leg %u is %s, not uptodate or syncing", l->index,
+                        leg_state_name (st));
+  volume_fail_leg (v, l, "failed by the operator");
+  return json_pack ("{s:b}", "ok", 1);
+}
+
+/* resync: restart the resync of a leg that is not uptodate (full if
+ * asked), by failing it so the monitor takes it from the top now.
+ */
+static json_t *
+cmd_resync (struct volume *v, json_t *req)
+{
+  json_t *reply = NULL;
+  struct leg *l = leg_arg (v, req, &reply);
+  bool full = json_is_true (json_object_get (req, "full"));
+  enum leg_state st;
+
+  if (l == NULL)
+    return reply;
+  st = atomic_load (&l->state);
+  if (st == LEG_UPTODATE && !full)
+    return error_reply ("leg %u is uptodate: nothing to resync (use full "
+                        "to rebuild it anyway)", l->index);
+  if (st == LEG_REMOVED)
+    return error_reply ("leg %u is removed", l->index);
+  if (st == LEG_UPTODATE || st == LEG_SYNCING)
+    volume_fail_leg (v, l, "resync requested by the operator");
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    l->force_full |= full;
+    l->next_attempt_ns = 0;
+    l->backoff = 0;
+    pthread_cond_broadcast (&v->monitor_cond);
+  }
+  return json_pack ("{s:b}", "ok", 1);
+}
+
+/* Answer one request. */
+json_t *
+control_handle (struct volume *v, json_t *req)
+{
+  const char *cmd = json_string_value (json_object_get (req, "cmd"));
+
+  if (cmd == NULL)
+    return error_reply ("missing \"cmd\"");
+  if (strcmp (cmd, "status") == 0)
+    return status_json (v);
+  if (strcmp (cmd, "fail-leg") == 0)
+    return cmd_fail_leg (v, req);
+  if (strcmp (cmd, "resync") == 0)
+    return cmd_resync (v, req);
+  return error_reply ("unknown command \"%s\"", cmd);
+}
+
+/* Decode one line, answer it, write the reply.  Returns -1 if the
+ * client is gone.
+ */
+static int
+answer_line (struct volume *v, int fd, const char *line)
+{
+  json_error_t jerr;
+  json_t *req = json_loads (line, 0, &jerr), *reply;
+  char *out;
+  size_t len, done = 0;
+
+  if (req == NULL || !json_is_object (req))
+    reply = error_reply ("invalid request: %s",
+                         req ? "not a JSON object" : jerr.text);
+  else
+    reply = control_handle (v, req);
+  json_decref (req);
+  out = json_dumps (reply, JSON_COMPACT);
+  json_decref (reply);
+  if (out == NULL)
+    return -1;
+  len = strlen (out);
+  out[len++] = '\n';            /* replaces the terminating NUL */
+  while (done < len) {
+    ssize_t r = write (fd, out + done, len - done);
+    if (r == -1 && errno == EINTR)
+      continue;
+    if (r <= 0) {
+      free (out);
+      return -1;
+    }
+    done += (size_t) r;
+  }
+  free (out);
+  return 0;
+}
+
+/* Read what a client sent and answer every complete line.  Returns -1
+ * when the client is to be dropped.
+ */
+static int
+serve_client (struct volume *v, struct client *c)
+{
+  ssize_t r = read (c->fd, c->buf + c->len, sizeof c->buf - 1 - c->len);
+  char *nl;
+
+  if (r <= 0)
+    return -1;
+  c->len += (size_t) r;
+  c->buf[c->len] = '\0';
+  while ((nl = strchr (c->buf, '\n')) != NULL) {
+    *nl = '\0';
+    if (answer_line (v, c->fd, c->buf) == -1)
+      return -1;
+    c->len -= (size_t) (nl + 1 - c->buf);
+    memmove (c->buf, nl + 1, c->len + 1);
+  }
+  return c->len == sizeof c->buf - 1 ? -1 : 0;   /* line too long */
+}
+
+/* Accept a client if there is room. */
+static void
+accept_client (struct control *ctl)
+{
+  int fd = accept4 (ctl->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+  size_t i;
+
+  if (fd == -1)
+    return;
+  for (i = 0; i < MAX_CLIENTS; ++i)
+    if (ctl->clients[i] == NULL) {
+      ctl->clients[i] = calloc (1, sizeof *ctl->clients[i]);
+      if (ctl->clients[i] == NULL)
+        break;
+      ctl->clients[i]->fd = fd;
+      return;
+    }
+  close (fd);
+}
+
+/* Drop a client. */
+static void
+drop_client (struct control *ctl, size_t i)
+{
+  close (ctl->clients[i]->fd);
+  free (ctl->clients[i]);
+  ctl->clients[i] = NULL;
+}
+
+/* The control thread. */
+static void *
+control_thread (void *arg)
+{
+  struct control *ctl = arg;
+  struct pollfd pfd[MAX_CLIENTS + 2];
+  size_t map[MAX_CLIENTS + 2];
+
+  for (;;) {
+    size_t n = 0, i;
+
+    pfd[n++] = (struct pollfd) { .fd = ctl->stop_fd[0], .events = POLLIN };
+    pfd[n++] = (struct pollfd) { .fd = ctl->listen_fd, .events = POLLIN };
+    for (i = 0; i < MAX_CLIENTS; ++i)
+      if (ctl->clients[i]) {
+        map[n] = i;
+        pfd[n++] = (struct pollfd) { .fd = ctl->clients[i]->fd,
+                                     .events = POLLIN };
+      }
+    if (poll (pfd, n, -1) == -1) {
+      if (errno == EINTR)
+        continue;
+      nbdkit_error ("control: poll: %m");
+      break;
+    }
+    if (pfd[0].revents)
+      break;
+    if (pfd[1].revents & POLLIN)
+      accept_client (ctl);
+    for (i = 2; i < n; ++i)
+      if (pfd[i].revents && serve_client (ctl->v, ctl->clients[map[i]]) == -1)
+        drop_client (ctl, map[i]);
+  }
+  return NULL;
+}
+
+/* Create the listening socket at path. */
+static int
+listen_on (const char *path)
+{
+  struct sockaddr_un addr = { .sun_family = AF_UNIX };
+  int fd;
+
+  if (strlen (path) >= sizeof addr.sun_path) {
+    nbdkit_error ("control=%s: path too long", path);
+    return -1;
+  }
+  strcpy (addr.sun_path, path);
+  fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd == -1) {
+    nbdkit_error ("control: socket: %m");
+    return -1;
+  }
+  unlink (path);
+  if (bind (fd, (struct sockaddr *) &addr, sizeof addr) == -1 ||
+      chmod (path, 0600) == -1 || listen (fd, 8) == -1) {
+    nbdkit_error ("control=%s: %m", path);
+    close (fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* Start the control socket. */
+int
+control_start (struct volume *v)
+{
+  struct control *ctl = calloc (1, sizeof *ctl);
+  int r;
+
+  if (ctl == NULL) {
+    nbdkit_error ("calloc: %m");
+    return -1;
+  }
+  ctl->v = v;
+  ctl->listen_fd = listen_on (v->cfg.control);
+  if (ctl->listen_fd == -1 || pipe2 (ctl->stop_fd, O_CLOEXEC) == -1) {
+    if (ctl->listen_fd != -1)
+      close (ctl->listen_fd);
+    free (ctl);
+    return -1;
+  }
+  r = pthread_create (&ctl->thread, NULL, control_thread, ctl);
+  if (r != 0) {
+    errno = r;
+    nbdkit_error ("pthread_create: %m");
+    close (ctl->listen_fd);
+    close (ctl->stop_fd[0]);
+    close (ctl->stop_fd[1]);
+    free (ctl);
+    return -1;
+  }
+  v->control = ctl;
+  return 0;
+}
+
+/* Stop the control socket and remove it. */
+void
+control_stop (struct volume *v)
+{
+  struct control *ctl = v->control;
+  size_t i;
+
+  if (ctl == NULL)
+    return;
+  if (write (ctl->stop_fd[1], "x", 1) != 1)
+    nbdkit_debug ("control stop: %m");
+  pthread_join (ctl->thread, NULL);
+  for (i = 0; i < MAX_CLIENTS; ++i)
+    if (ctl->clients[i])
+      drop_client (ctl, i);
+  close (ctl->listen_fd);
+  close (ctl->stop_fd[0]);
+  close (ctl->stop_fd[1]);
+  unlink (v->cfg.control);
+  free (ctl);
+  v->control = NULL;
+}

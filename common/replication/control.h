@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The control socket (control.c) and the status it reports (status.c). */
+
+#ifndef REPLICATE_CONTROL_H
+#define REPLICATE_CONTROL_H
+
+#include <jansson.h>
+
+struct volume;
+
+/* Listen on control=PATH and serve requests in a thread. */
+extern int control_start (struct volume *v);
+extern void control_stop (struct volume *v);
+
+/* Answer one request (a decoded JSON object).  Returns a new reply
+ * object: {"ok": true, ...} or {"ok": false, "error": "..."}.
+ */
+extern json_t *control_handle (struct volume *v, json_t *req);
+
+/* The status reply of DESIGN.md section 9 (a new object). */
+extern json_t *status_json (struct volume *v);
+
+#endif /* REPLICATE_CONTROL_H */

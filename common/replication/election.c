@@ -1,0 +1,449 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Election at start: which legs hold the newest data (pure).
+ *
+ * The rules, in the order they are applied (DESIGN.md section 6):
+ *
+ * 1. Legs with a valid superblock must all belong to one volume: a
+ *    leg of another volume is refused by name, even with force (it is
+ *    never written to).
+ * 2. No valid superblock anywhere: a new volume.  Every leg must be
+ *    reachable (an unreachable one may hold metadata: wait for it).  It
+ *    is created only if every leg reads as zeroes, or with init=copy
+ *    (leg 0 is the source), init=zero or init=assume-clean; otherwise
+ *    the legs holding data are named.
+ * 3. Otherwise the candidates are the valid legs that are not
+ *    inconsistent (an inconsistent leg never wins, not even with force).
+ *    The winners hold the highest generation counter.  Winners with
+ *    different ids at that counter are a split brain: refused, naming
+ *    them, unless prefer=INDEX names a candidate, whose generation then
+ *    wins.
+ * 4. A member of the winning generation holding the generation just
+ *    before it (the newest entry of the winners' history) missed only
+ *    the superblock write of the last bump: the activity-log recovery
+ *    covers what differs, so it is a winner too.
+ * 5. Every other leg resyncs: incrementally if its slot belongs to it
+ *    and its generation is the slot's bm_gen in the winners' superblock
+ *    (their bitmap covers exactly what it missed); fully if the winners
+ *    know its generation (it is in their history), if it is
+ *    inconsistent (an interrupted resync that cannot be resumed), or if
+ *    it has no valid superblock (a blank leg joins as a new member).
+ *    A consistent leg whose generation the winners do not know changed
+ *    on its own: split brain, refused unless prefer= is given (then it
+ *    is rebuilt fully).
+ * 6. Enough members of the winning generation must be reachable: with
+ *    M members and quorum Q (as recorded), at least M - Q + 1 of them
+ *    (all of them when Q = 1); otherwise wait, then refuse naming what
+ *    is missing, unless force=true.
+ */
+
+#include <config.h>
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "election.h"
+#include "random.h"
+
+/* Append to the result's message. */
+static void
+note (struct elect_result *out, const char *fs, ...)
+  __attribute__ ((format (printf, 2, 3)));
+static void
+note (struct elect_result *out, const char *fs, ...)
+{
+  size_t len = strlen (out->message);
+  va_list ap;
+
+  if (len >= sizeof out->message - 1)
+    return;
+  va_start (ap, fs);
+  vsnprintf (out->message + len, sizeof out->message - len, fs, ap);
+  va_end (ap);
+}
+
+/* Set the outcome, replacing the message. */
+static void
+decide (struct elect_result *out, enum elect_outcome o, const char *fs, ...)
+  __attribute__ ((format (printf, 3, 4)));
+static void
+decide (struct elect_result *out, enum elect_outcome o, const char *fs, ...)
+{
+  va_list ap;
+
+  out->outcome = o;
+  va_start (ap, fs);
+  vsnprintf (out->message, sizeof out->message, fs, ap);
+  va_end (ap);
+}
+
+/* Is leg i reachable with a valid superblock? */
+static bool
+valid (const struct elect_input *in, size_t i)
+{
+  return in->legs[i].reachable && in->legs[i].status == META_OK;
+}
+
+/* Append a list of leg indexes ("0, 2") from a mask. */
+static void
+note_legs (struct elect_result *out, uint32_t mask)
+{
+  bool first = true;
+  size_t i;
+
+  for (i = 0; i < MAX_LEGS; ++i)
+    if (mask & (1u << i)) {
+      note (out, "%s%zu", first ? "" : ", ", i);
+      first = false;
+    }
+}
+
+/* Rule 1: all valid legs belong to the same volume.  Returns the index
+ * of the first valid leg, -1 if none, or -2 after refusing.
+ */
+static int
+check_one_volume (const struct elect_input *in, struct elect_result *out)
+{
+  int first = -1;
+  uint32_t foreign = 0;
+  char a[37], b[37];
+  size_t i;
+
+  for (i = 0; i < in->nr_legs; ++i) {
+    if (!valid (in, i))
+      continue;
+    if (first == -1)
+      first = (int) i;
+    else if (memcmp (in->legs[i].sb.volume_uuid,
+                     in->legs[first].sb.volume_uuid, 16) != 0)
+      foreign |= 1u << i;
+  }
+  if (foreign == 0)
+    return first;
+  uuid_format (in->legs[first].sb.volume_uuid, a);
+  decide (out, ELECT_REFUSE, "legs belong to different volumes: "
+          "leg %d is in volume %s; leg(s) ", first, a);
+  note_legs (out, foreign);
+  uuid_format (in->legs[__builtin_ctz (foreign)].sb.volume_uuid, b);
+  note (out, " in another (%s ...); a leg of another volume is never "
+        "written to: remove it from the command line or wipe it", b);
+  return -2;
+}
+
+/* Rule 2: a new volume. */
+static void
+elect_new (const struct elect_input *in, struct elect_result *out)
+{
+  uint32_t unreachable = 0, data = 0, corrupt = 0;
+  size_t i;
+
+  for (i = 0; i < in->nr_legs; ++i) {
+    if (!in->legs[i].reachable)
+      unreachable |= 1u << i;
+    else if (!in->legs[i].all_zero)
+      data |= 1u << i;
+    if (in->legs[i].reachable && in->legs[i].status == META_CORRUPT)
+      corrupt |= 1u << i;
+  }
+  if (unreachable) {
+    decide (out, in->final ? ELECT_REFUSE : ELECT_WAIT,
+            "no leg holds a valid superblock and leg(s) ");
+    note_legs (out, unreachable);
+    note (out, " cannot be reached: a new volume needs every leg");
+    return;
+  }
+  out->outcome = ELECT_CREATE;
+  for (i = 0; i < in->nr_legs; ++i)
+    out->role[i] = ROLE_UPTODATE;
+  switch (in->init) {
+  case INIT_ASSUME_CLEAN:
+    out->create = CREATE_CLEAN;
+    return;
+  case INIT_ZERO:
+    out->create = CREATE_ZERO;
+    return;
+  case INIT_COPY:
+    out->create = CREATE_COPY;
+    for (i = 1; i < in->nr_legs; ++i)
+      out->role[i] = ROLE_FULL;
+    return;
+  case INIT_NONE:
+    break;
+  }
+  out->create = CREATE_CLEAN;
+  if (data == 0)
+    return;
+  decide (out, ELECT_REFUSE, "a new volume, but leg(s) ");
+  note_legs (out, data);
+  note (out, " hold data (they do not read as zeroes)");
+  if (corrupt) {
+    note (out, "; leg(s) ");
+    note_legs (out, corrupt);
+    note (out, " hold a damaged superblock");
+  }
+  note (out, ": use init=copy (leg 0 is the source), init=zero or "
+        "init=assume-clean");
+}
+
+/* Format a generation for messages. */
+static const char *
+gen_str (struct gen g, char *buf, size_t len)
+{
+  snprintf (buf, len, "%" PRIu64 ":%08" PRIx64, g.counter, g.id >> 32);
+  return buf;
+}
+
+/* The consistent legs with a valid superblock, and their highest
+ * generation counter.
+ */
+static uint32_t
+candidates (const struct elect_input *in, uint64_t *max)
+{
+  uint32_t cands = 0;
+  size_t i;
+
+  *max = 0;
+  for (i = 0; i < in->nr_legs; ++i)
+    if (valid (in, i) && !(in->legs[i].sb.flags & SB_INCONSISTENT)) {
+      cands |= 1u << i;
+      if (in->legs[i].sb.gen.counter > *max)
+        *max = in->legs[i].sb.gen.counter;
+    }
+  return cands;
+}
+
+/* The candidates holding exactly the reference's generation. */
+static uint32_t
+same_generation (const struct elect_input *in, uint32_t cands, int ref)
+{
+  uint32_t top = 0;
+  size_t i;
+
+  for (i = 0; i < in->nr_legs; ++i)
+    if ((cands & (1u << i)) &&
+        gen_equal (in->legs[i].sb.gen, in->legs[ref].sb.gen))
+      top |= 1u << i;
+  return top;
+}
+
+/* Rule 3: the winners among the consistent legs; with preferred >= 0
+ * (prefer= resolving a split brain) that leg's generation wins.
+ * Returns the mask of winners (0 after refusing).
+ */
+static uint32_t
+find_winners (const struct elect_input *in, struct elect_result *out,
+              int preferred)
+{
+  uint64_t max;
+  uint32_t cands = candidates (in, &max), top;
+  int ref = -1;
+  char g1[40], g2[40];
+  size_t i;
+
+  if (cands == 0) {
+    decide (out, ELECT_REFUSE, "no consistent leg: every leg with a "
+            "superblock is inconsistent (an interrupted resync); the "
+            "newest data is on none of the reachable legs");
+    return 0;
+  }
+  if (preferred >= 0) {
+    if (!(cands & (1u << preferred))) {
+      decide (out, ELECT_REFUSE, "split brain, and prefer=%d does not "
+              "name a reachable, consistent leg with a superblock",
+              preferred);
+      return 0;
+    }
+    out->reference = preferred;
+    return same_generation (in, cands, preferred);
+  }
+  for (i = 0; i < in->nr_legs && ref == -1; ++i)
+    if ((cands & (1u << i)) && in->legs[i].sb.gen.counter == max)
+      ref = (int) i;
+  top = same_generation (in, cands, ref);
+  for (i = 0; i < in->nr_legs; ++i)
+    if ((cands & (1u << i)) && in->legs[i].sb.gen.counter == max &&
+        !(top & (1u << i))) {
+      out->split_brain = true;
+      decide (out, ELECT_REFUSE, "split brain: leg %d (generation %s) "
+              "and leg %zu (generation %s) changed independently; choose "
+              "the leg to keep with prefer=INDEX (the others are rebuilt "
+              "from it)", ref, gen_str (in->legs[ref].sb.gen, g1, sizeof g1),
+              i, gen_str (in->legs[i].sb.gen, g2, sizeof g2));
+      return 0;
+    }
+  out->reference = ref;
+  return top;
+}
+
+/* Is leg i assigned its slot in superblock r? */
+static bool
+owns_slot (const struct superblock *r, const struct superblock *sb)
+{
+  const struct sb_slot *s;
+
+  if (sb->slot >= r->max_legs)
+    return false;
+  s = &r->slots[sb->slot];
+  return (s->flags & SLOT_ASSIGNED) && memcmp (s->uuid, sb->leg_uuid, 16) == 0;
+}
+
+/* Rule 4: did leg i miss only the last bump? */
+static bool
+missed_last_bump (const struct superblock *r, const struct superblock *sb)
+{
+  return !(sb->flags & SB_INCONSISTENT) && r->history_len > 0 &&
+    gen_equal (sb->gen, r->history[0]) && owns_slot (r, sb) &&
+    (r->slots[sb->slot].flags & SLOT_MEMBER);
+}
+
+/* Rule 5: the role of a leg that is not a winner.  Returns false (and
+ * refuses) on a split brain, unless prefer= is resolving one.
+ */
+static bool
+classify (const struct elect_input *in, struct elect_result *out, size_t i,
+          bool preferring)
+{
+  const struct superblock *r = &in->legs[out->reference].sb;
+  const struct superblock *sb = &in->legs[i].sb;
+  char g1[40], g2[40];
+
+  if (!in->legs[i].reachable) {
+    out->role[i] = ROLE_MISSING;
+    return true;
+  }
+  if (in->legs[i].status != META_OK) {
+    out->role[i] = ROLE_FULL;
+    return true;
+  }
+  if (owns_slot (r, sb) && gen_equal (sb->gen, r->slots[sb->slot].bm_gen)) {
+    out->role[i] = ROLE_INCREMENTAL;
+    return true;
+  }
+  if ((sb->flags & SB_INCONSISTENT) || sb_knows_gen (r, sb->gen) ||
+      preferring) {
+    out->role[i] = ROLE_FULL;
+    return true;
+  }
+  out->split_brain = true;
+  decide (out, ELECT_REFUSE, "split brain: leg %zu (generation %s) is not "
+          "an ancestor of leg %d (generation %s): both changed "
+          "independently; choose the leg to keep with prefer=INDEX",
+          i, gen_str (sb->gen, g1, sizeof g1), out->reference,
+          gen_str (r->gen, g2, sizeof g2));
+  return false;
+}
+
+/* Rule 6: are enough members of the winning generation here? */
+static void
+check_members (const struct elect_input *in, struct elect_result *out,
+               uint32_t winners)
+{
+  const struct superblock *r = &in->legs[out->reference].sb;
+  unsigned members = 0, present = 0, need, q = r->quorum ? r->quorum : 1;
+  uint32_t unreachable = 0;
+  char u[37];
+  size_t i, s;
+
+  for (s = 0; s < r->max_legs; ++s) {
+    if (!(r->slots[s].flags & SLOT_MEMBER))
+      continue;
+    members++;
+    for (i = 0; i < in->nr_legs; ++i)
+      if ((winners & (1u << i)) &&
+          memcmp (in->legs[i].sb.leg_uuid, r->slots[s].uuid, 16) == 0)
+        present++;
+  }
+  need = q == 1 ? members : members - q + 1;
+  if (present >= need)
+    return;
+  for (i = 0; i < in->nr_legs; ++i)
+    if (!in->legs[i].reachable)
+      unreachable |= 1u << i;
+  if (!in->final && unreachable) {
+    decide (out, ELECT_WAIT, "waiting for legs: ");
+    note_legs (out, unreachable);
+    return;
+  }
+  if (in->force) {
+    out->forced = true;
+    note (out, "force=true: starting with %u of the %u members of "
+          "generation %" PRIu64 " (%u needed). ", present, members,
+          r->gen.counter, need);
+    return;
+  }
+  decide (out, ELECT_REFUSE, "only %u of the %u members of generation %"
+          PRIu64 " are reachable and up to date (quorum %u needs %u): "
+          "a missing member may hold newer data.  Missing members:",
+          present, members, r->gen.counter, q, need);
+  for (s = 0; s < r->max_legs; ++s) {
+    bool found = false;
+    if (!(r->slots[s].flags & SLOT_MEMBER))
+      continue;
+    for (i = 0; i < in->nr_legs; ++i)
+      found |= (winners & (1u << i)) &&
+        memcmp (in->legs[i].sb.leg_uuid, r->slots[s].uuid, 16) == 0;
+    if (!found) {
+      uuid_format (r->slots[s].uuid, u);
+      note (out, " slot %zu (leg uuid %s)", s, u);
+    }
+  }
+  if (unreachable) {
+    note (out, "; unreachable: leg(s) ");
+    note_legs (out, unreachable);
+  }
+  note (out, ".  Start anyway with force=true");
+}
+
+/* Rules 3 to 6 for an existing volume. */
+static void
+elect_existing (const struct elect_input *in, struct elect_result *out,
+                int preferred)
+{
+  uint32_t winners = find_winners (in, out, preferred);
+  size_t i;
+
+  if (winners == 0)
+    return;
+  for (i = 0; i < in->nr_legs; ++i)
+    if (valid (in, i) &&
+        missed_last_bump (&in->legs[out->reference].sb, &in->legs[i].sb))
+      winners |= 1u << i;
+  out->outcome = ELECT_EXISTING;
+  for (i = 0; i < in->nr_legs; ++i) {
+    if (winners & (1u << i))
+      out->role[i] = ROLE_UPTODATE;
+    else if (!classify (in, out, i, preferred >= 0))
+      return;
+  }
+  check_members (in, out, winners);
+}
+
+/* Elect (see the rules above).  prefer= is used only to resolve a split
+ * brain: left on the command line, it must never roll a volume back to
+ * an older leg.
+ */
+void
+elect (const struct elect_input *in, struct elect_result *out)
+{
+  int first;
+
+  memset (out, 0, sizeof *out);
+  out->reference = -1;
+  first = check_one_volume (in, out);
+  if (first == -2)
+    return;
+  if (first == -1) {
+    elect_new (in, out);
+    return;
+  }
+  elect_existing (in, out, -1);
+  if (out->split_brain && in->prefer >= 0) {
+    memset (out, 0, sizeof *out);
+    out->reference = -1;
+    elect_existing (in, out, in->prefer);
+    if (out->outcome == ELECT_EXISTING)
+      note (out, "prefer=%d resolved a split brain: leg %d wins. ",
+            in->prefer, in->prefer);
+  }
+}

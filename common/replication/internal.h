@@ -1,0 +1,345 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The engine's shared structures: volume, leg, connection, request.
+ *
+ * A volume has up to MAX_LEGS legs.  Each NBD leg owns `connections`
+ * libnbd handles (struct conn), each driven by its own poller thread
+ * and shared by every client connection.  The filter's leg 0 is local:
+ * calls go straight to the plugin underneath, synchronously.
+ *
+ * Membership is one atomic 64-bit word (see MB_* below): which legs are
+ * uptodate (serve reads, count for quorum), which receive writes
+ * (uptodate + syncing), which metadata slots are absent (their bitmaps
+ * collect what they miss), and an epoch that changes with every
+ * membership change.  A write reads the word once, after taking its
+ * range lock, so the legs it goes to and the bitmaps it marks always
+ * agree.  Changes are made under v->lock and published with one store.
+ *
+ * Lock order (take left before right, never the reverse):
+ *   range lock -> v->change_lock -> v->lock -> al->lock -> leg->lock
+ * No lock is held across I/O except change_lock (held while a
+ * generation bump writes superblocks) and range locks.
+ */
+
+#ifndef REPLICATE_INTERNAL_H
+#define REPLICATE_INTERNAL_H
+
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <libnbd.h>
+
+#include "engine.h"
+#include "params.h"
+#include "meta.h"
+#include "bitmap.h"
+#include "rangelock.h"
+
+/* The two nbdkit functions the engine uses (stubbed in unit tests). */
+extern void nbdkit_error (const char *fs, ...)
+  __attribute__ ((format (printf, 1, 2)));
+extern void nbdkit_debug (const char *fs, ...)
+  __attribute__ ((format (printf, 1, 2)));
+
+struct al;
+struct resync;
+struct verify;
+struct control;
+
+/* ---- membership word ---------------------------------------------- */
+
+#define MB_UPTODATE(m)  ((uint16_t) ((m) & 0xffff))
+#define MB_WRITING(m)   ((uint16_t) (((m) >> 16) & 0xffff))
+#define MB_ABSENT(m)    ((uint16_t) (((m) >> 32) & 0xffff))
+#define MB_EPOCH(m)     ((uint16_t) ((m) >> 48))
+#define MB_MAKE(up, wr, ab, ep) \
+  ((uint64_t) (up) | ((uint64_t) (wr) << 16) | \
+   ((uint64_t) (ab) << 32) | ((uint64_t) (uint16_t) (ep) << 48))
+
+/* ---- legs ------------------------------------------------------------ */
+
+enum leg_state {
+  LEG_UPTODATE,
+  LEG_SYNCING,
+  LEG_FAILED,
+  LEG_STALE,
+  LEG_REMOVED,
+};
+
+/* What a leg's server can do, read when it connects. */
+struct leg_caps {
+  uint64_t size;
+  bool can_write;
+  bool can_flush;
+  bool can_fua;             /* native FUA */
+  bool can_zero;            /* native write-zeroes */
+  bool can_cache;
+  bool can_extents;
+  bool can_multi_conn;
+  uint32_t min_block, pref_block, max_block;   /* 0 = no information */
+};
+
+/* One libnbd handle and the thread that drives it. */
+struct conn {
+  struct leg *leg;
+  struct nbd_handle *nbd;
+  int fd;                   /* the handle's socket */
+  int kick_fd;              /* eventfd waking the poller */
+  pthread_t poller;
+  bool poller_running;
+  _Atomic bool stop;
+  _Atomic unsigned inflight;
+};
+
+#define MAX_CONNS 64
+
+/* Counters shown in status and metrics (all atomic, no lock). */
+struct leg_stats {
+  _Atomic uint64_t reads, writes, zeroes, flushes;
+  _Atomic uint64_t bytes_read, bytes_written;
+  _Atomic uint64_t errors;
+  _Atomic uint64_t latency_us_sum;      /* of completed data requests */
+  _Atomic uint64_t latency_count;
+};
+
+struct resync_summary {
+  bool valid;
+  bool full;
+  uint64_t bytes;
+  double seconds;
+};
+
+struct leg {
+  struct volume *v;
+  unsigned index;
+  const char *uri;          /* NULL for the local leg */
+  bool local;
+
+  /* Connections (NBD legs).  Workers enter the issue window with
+   * leg_enter, which fails once `open` is cleared; the handles are
+   * closed only after `users` and every conn's inflight reach 0.
+   */
+  struct conn *conns[MAX_CONNS];
+  unsigned nr_conns;
+  _Atomic bool open;
+  _Atomic unsigned users;
+  _Atomic unsigned inflight;            /* requests in flight (least-busy) */
+  struct leg_caps caps;
+
+  /* Written under v->lock; the state is also read without it. */
+  _Atomic (enum leg_state) state;
+  char last_error[256];
+  int slot;                 /* metadata slot, -1 = none yet */
+  uint8_t uuid[16];         /* leg UUID, zero = not known */
+  bool refused;             /* not usable (another volume ...): retried */
+  bool want_full;           /* stale: the resync to start is full */
+  bool force_full;          /* the operator asked for a full resync */
+  unsigned backoff;         /* reconnect backoff, seconds */
+  uint64_t next_attempt_ns; /* monotonic time of the next reconnect */
+  struct resync *resync;    /* running resync, or NULL */
+  struct resync_summary last_resync;
+
+  /* Metadata on this leg (change_lock for sb, the AL role for al). */
+  struct gen gen;           /* the generation on its disk */
+  bool inconsistent;        /* its superblock says inconsistent */
+  uint64_t sb_seq, al_seq;
+  uint8_t *sb_buf, *al_buf;
+
+  struct leg_stats stats;
+};
+
+/* ---- the volume ----------------------------------------------------- */
+
+#define WCOUNT_STRIPES 8
+
+struct volume {
+  enum engine_shape shape;
+  struct config cfg;
+  const struct local_ops *local_ops;
+  void *local_opaque;
+
+  size_t nr_legs;
+  struct leg legs[MAX_LEGS];
+
+  /* Fixed once started. */
+  uint64_t size;                /* exported size */
+  unsigned quorum;
+  bool metadata;                /* metadata=internal */
+  struct md_layout layout;
+  uint32_t min_block, pref_block, max_block;
+  bool trim_ok;                 /* every leg zeroes natively */
+  bool started, threads_running;
+
+  /* Changeable at run time (nbdrep set). */
+  _Atomic uint64_t resync_rate, resync_min_rate;
+  /* Client requests so far (resync yields while this moves). */
+  _Atomic uint64_t client_requests;
+
+  /* Membership (see MB_*).  Stored under v->lock. */
+  _Atomic uint64_t membership;
+  /* Writes in flight per epoch parity, striped to spread the cache
+   * lines; a membership change waits for the old parity to drain.
+   */
+  struct {
+    _Atomic long n;
+    char pad[64 - sizeof (long)];
+  } wcount[2][WCOUNT_STRIPES];
+
+  pthread_mutex_t lock;         /* leg states, membership */
+  pthread_cond_t cond;          /* signalled when changes complete */
+  /* Non-zero while a membership change is being recorded: writes that
+   * complete meanwhile wait before they are acknowledged.
+   */
+  _Atomic unsigned pending_changes;
+
+  /* Serialises generation bumps and superblock writes. */
+  pthread_mutex_t change_lock;
+  struct superblock sb;         /* the common superblock (change_lock) */
+
+  /* Out-of-sync bitmaps by slot (allocated while the slot is absent
+   * or syncing).  Under v->lock for allocation; bits are atomic.
+   */
+  struct bitmap *bitmaps[MAX_LEGS];
+  pthread_mutex_t bm_write_lock;   /* one bitmap page write at a time */
+  uint64_t *bm_seq[MAX_LEGS];      /* per page record seq (bm_write_lock) */
+
+  struct rangelock *rl;
+  struct al *al;                /* NULL when metadata=none */
+
+  _Atomic unsigned rr_next;     /* round-robin reads */
+  _Atomic bool stopping;
+
+  /* The monitor thread: reconnects failed legs, starts resyncs. */
+  pthread_t monitor;
+  pthread_cond_t monitor_cond;  /* with v->lock */
+  bool monitor_running;
+
+  struct control *control;
+  struct verify *verify;
+};
+
+/* ---- requests to legs ------------------------------------------------ */
+
+enum leg_op { OP_READ, OP_WRITE, OP_ZERO, OP_FLUSH, OP_CACHE, OP_EXTENTS };
+
+/* One operation sent to one or more legs. */
+struct leg_cmd {
+  enum leg_op op;
+  void *buf;                /* read into / write from */
+  uint32_t count;
+  uint64_t offset;
+  uint32_t flags;           /* ENGINE_FLAG_* */
+  extent_fn fn;             /* OP_EXTENTS */
+  void *fn_opaque;
+};
+
+struct ioreq;
+
+/* Per-leg completion context handed to libnbd as user_data. */
+struct ioslot {
+  struct ioreq *req;
+  struct conn *conn;
+  unsigned leg;
+  uint64_t start_ns;
+};
+
+/* A request fanned out to several legs: the issuer sleeps once on sem
+ * and is woken by the last completion (a countdown), whatever the
+ * number of legs.
+ */
+struct ioreq {
+  struct volume *v;
+  sem_t sem;
+  _Atomic unsigned pending;
+  _Atomic uint32_t done;    /* legs that have answered */
+  uint32_t issued;          /* legs a command was issued to */
+  uint32_t timed_out;       /* legs failed by the timeout */
+  uint32_t fua_emulate;     /* legs that need a flush for FUA */
+  int err[MAX_LEGS];        /* per leg: 0 or errno */
+  struct ioslot slots[MAX_LEGS];
+  extent_fn ext_fn;         /* OP_EXTENTS: where extents go */
+  void *ext_opaque;
+};
+
+/* ---- functions shared between engine files ---------------------------- */
+
+/* state.c: names and pure decisions. */
+extern const char *leg_state_name (enum leg_state s);
+extern const char *volume_state_name (unsigned uptodate, unsigned total,
+                                      unsigned quorum);
+extern bool errno_fails_leg (int err);
+extern bool errno_is_disconnect (int err);
+extern int errno_for_client (int err);
+
+/* select.c: which leg serves a read. */
+extern int select_read_leg (enum read_policy policy, uint16_t candidates,
+                            const unsigned *inflight, size_t nr_legs,
+                            unsigned *rr_next);
+
+/* conn.c */
+extern struct conn *conn_connect (struct leg *leg, double timeout,
+                                  char *err, size_t errlen);
+extern int conn_start (struct conn *c);
+extern void conn_stop (struct conn *c);
+extern void conn_shutdown (struct conn *c);
+extern void conn_close (struct conn *c);
+extern void conn_kick_if_needed (struct conn *c);
+
+/* leg.c */
+extern int leg_open (struct leg *l, double wait, char *err, size_t errlen);
+extern void leg_shutdown (struct leg *l);
+extern void leg_close (struct leg *l);
+extern int leg_start_pollers (struct leg *l);
+extern void leg_stop_pollers (struct leg *l);
+extern bool leg_enter (struct leg *l);
+extern void leg_leave (struct leg *l);
+extern struct conn *leg_pick_conn (struct leg *l);
+extern void leg_set_error (struct leg *l, const char *fs, ...)
+  __attribute__ ((format (printf, 2, 3)));
+extern const char *leg_name (const struct leg *l, char *buf, size_t len);
+
+/* ioreq.c */
+extern uint64_t now_ns (void);
+extern void ioreq_init (struct ioreq *r, struct volume *v);
+extern void ioreq_submit (struct ioreq *r, struct leg *l,
+                          const struct leg_cmd *cmd);
+extern void ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
+                             const struct leg_cmd *cmd);
+extern void ioreq_wait (struct ioreq *r);
+extern void ioreq_wait_fua (struct ioreq *r);
+extern int ioreq_leg_error (const struct ioreq *r, unsigned li);
+extern void ioreq_destroy (struct ioreq *r);
+extern int leg_sync_io (struct leg *l, const struct leg_cmd *cmd);
+
+/* member.c: membership changes. */
+extern uint64_t membership_load (struct volume *v);
+extern void membership_publish (struct volume *v, uint16_t uptodate,
+                                uint16_t writing, uint16_t absent);
+extern uint16_t membership_enter_write (struct volume *v, uint64_t *m);
+extern void membership_leave_write (struct volume *v, uint16_t ticket);
+extern uint16_t volume_slot_mask_of (struct volume *v, uint16_t legs);
+extern void volume_change_begin (struct volume *v);
+extern void volume_change_end (struct volume *v);
+extern void volume_wait_changes (struct volume *v);
+extern void volume_wake_monitor (struct volume *v);
+extern bool volume_mark_failed (struct volume *v, struct leg *l,
+                                const char *reason, bool *was_uptodate);
+extern void volume_fail_leg (struct volume *v, struct leg *l,
+                             const char *fs, ...)
+  __attribute__ ((format (printf, 3, 4)));
+
+/* io.c */
+extern int io_flush_legs (struct volume *v, uint16_t legs, int *err);
+
+/* start.c, volume.c */
+extern int volume_alloc_bitmap (struct volume *v, unsigned slot);
+extern int volume_init_rangelock (struct volume *v);
+
+/* monitor.c */
+extern int monitor_start (struct volume *v);
+extern void monitor_stop (struct volume *v);
+extern void leg_back_off_locked (struct leg *l);
+
+#endif /* REPLICATE_INTERNAL_H */

@@ -1,0 +1,395 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The client data path: read, write, zero, trim, flush, cache, extents.
+ *
+ * Write-like requests (write, zero, trim) go through the same steps:
+ *   1. split into pieces the activity log can always hold at once;
+ *   2. take the range lock over the piece (overlapping writes in flight
+ *      are serialised, so every leg applies them in the same order);
+ *   3. make the piece's activity-log extents hot (metadata only);
+ *   4. read the membership, mark the piece in the bitmaps of absent
+ *      slots, give the ticket back;
+ *   5. issue to every leg that receives writes, sleep once;
+ *   6. emulate FUA with a flush where the leg lacks it;
+ *   7. judge the answers: an error every leg returned alike (and not a
+ *      lost connection) goes to the client and fails nobody; otherwise
+ *      every leg that failed is failed (recorded before we return);
+ *      success needs `quorum` legs that were uptodate at step 4;
+ *   8. release the extents and the range, wait until any membership
+ *      change is recorded, acknowledge.
+ *
+ * The client's buffer goes straight to libnbd: no copy.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "al.h"
+#include "cleanup.h"
+
+/* Largest piece a write-like request is cut into. */
+static uint64_t
+max_piece (struct volume *v)
+{
+  uint64_t piece = 64 * 1024 * 1024;
+
+  if (v->al) {
+    uint64_t extents = v->cfg.al_extents / 2 ? v->cfg.al_extents / 2 : 1;
+    uint64_t al_span = extents * v->cfg.al_extent;
+    if (al_span < piece)
+      piece = al_span;
+  }
+  return piece;
+}
+
+/* Mark [offset, offset+count) in the bitmaps of the absent slots. */
+static void
+mark_absent (struct volume *v, uint16_t absent, uint64_t offset,
+             uint64_t count)
+{
+  uint64_t first = offset / v->cfg.chunk;
+  uint64_t last = (offset + count - 1) / v->cfg.chunk;
+  unsigned s;
+
+  for (s = 0; absent != 0; ++s, absent >>= 1)
+    if ((absent & 1) && v->bitmaps[s] != NULL)
+      bitmap_set_range (v->bitmaps[s], first, last);
+}
+
+/* Do the legs agree on one error that is the request's fault rather
+ * than theirs?  Then it is returned to the client and nobody fails.
+ */
+static int
+common_request_error (const struct ioreq *r, uint16_t legs)
+{
+  int common = 0;
+  unsigned i;
+
+  for (i = 0; i < MAX_LEGS; ++i) {
+    int e;
+    if (!(legs & (1u << i)))
+      continue;
+    e = ioreq_leg_error (r, i);
+    if (e == 0 || errno_is_disconnect (e) || (common && e != common))
+      return 0;
+    common = e;
+  }
+  return common;
+}
+
+/* Judge the answers of a write-like request sent to `legs`, failing
+ * the legs that must fail.  Returns 0 or an errno for the client.
+ */
+static int
+judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
+             uint16_t uptodate)
+{
+  int common = common_request_error (r, legs);
+  int first_err = 0;
+  unsigned i, ok = 0;
+
+  if (common != 0)
+    return errno_for_client (common);
+  for (i = 0; i < v->nr_legs; ++i) {
+    int e;
+    if (!(legs & (1u << i)))
+      continue;
+    e = ioreq_leg_error (r, i);
+    if (e == 0) {
+      if (uptodate & (1u << i))
+        ok++;
+      continue;
+    }
+    if (first_err == 0)
+      first_err = e;
+    volume_fail_leg (v, &v->legs[i], "write failed: %s", strerror (e));
+  }
+  if (ok >= v->quorum)
+    return 0;
+  return first_err == ENOSPC ? ENOSPC : EIO;
+}
+
+/* One piece of a write-like request (steps 2 to 8). */
+static int
+write_piece (struct volume *v, const struct leg_cmd *cmd)
+{
+  struct range_hold hold;
+  struct ioreq r;
+  uint64_t m;
+  uint16_t ticket, writing, uptodate;
+  unsigned i;
+  int err;
+
+  if (rangelock_lock (v->rl, &hold, cmd->offset, cmd->count) == -1)
+    return ENOMEM;
+  if (v->al)
+    al_acquire (v->al, cmd->offset, cmd->count);
+
+  ticket = membership_enter_write (v, &m);
+  mark_absent (v, MB_ABSENT (m), cmd->offset, cmd->count);
+  membership_leave_write (v, ticket);
+  writing = MB_WRITING (m);
+  uptodate = MB_UPTODATE (m);
+
+  if ((unsigned) __builtin_popcount (uptodate) < v->quorum)
+    err = EIO;
+  else {
+    ioreq_init (&r, v);
+    for (i = 0; i < v->nr_legs; ++i)
+      if (writing & (1u << i))
+        ioreq_submit (&r, &v->legs[i], cmd);
+    ioreq_wait_fua (&r);
+    err = judge_write (v, &r, writing, uptodate);
+    ioreq_destroy (&r);
+  }
+
+  if (v->al)
+    al_release (v->al, cmd->offset, cmd->count);
+  rangelock_unlock (v->rl, &hold);
+  volume_wait_changes (v);
+  return err;
+}
+
+/* A write-like request, cut into pieces.  Returns 0 or -1 with *err. */
+static int
+write_request (struct volume *v, struct leg_cmd cmd, int *err)
+{
+  uint64_t piece = max_piece (v);
+  uint64_t end = cmd.offset + cmd.count;
+
+  while (cmd.offset < end) {
+    uint64_t boundary = (cmd.offset / piece + 1) * piece;
+    uint64_t len = (boundary < end ? boundary : end) - cmd.offset;
+    struct leg_cmd p = cmd;
+    int e;
+
+    p.count = (uint32_t) len;
+    e = write_piece (v, &p);
+    if (e != 0) {
+      *err = e;
+      return -1;
+    }
+    if (cmd.buf)
+      cmd.buf = (char *) cmd.buf + len;
+    cmd.offset += len;
+  }
+  return 0;
+}
+
+/* Client write. */
+int
+engine_pwrite (struct volume *v, const void *buf, uint32_t count,
+               uint64_t offset, uint32_t flags, int *err)
+{
+  struct leg_cmd cmd = {
+    .op = OP_WRITE, .buf = (void *) buf, .count = count, .offset = offset,
+    .flags = flags & ENGINE_FLAG_FUA,
+  };
+  return write_request (v, cmd, err);
+}
+
+/* Client write-zeroes. */
+int
+engine_zero (struct volume *v, uint32_t count, uint64_t offset,
+             uint32_t flags, int *err)
+{
+  struct leg_cmd cmd = {
+    .op = OP_ZERO, .count = count, .offset = offset,
+    .flags = flags & (ENGINE_FLAG_FUA | ENGINE_FLAG_MAY_TRIM),
+  };
+  return write_request (v, cmd, err);
+}
+
+/* Client trim: forwarded as write-zeroes that may punch holes, so every
+ * leg reads back the same zeroes (only advertised when every leg zeroes
+ * natively).
+ */
+int
+engine_trim (struct volume *v, uint32_t count, uint64_t offset,
+             uint32_t flags, int *err)
+{
+  return engine_zero (v, count, offset,
+                      (flags & ENGINE_FLAG_FUA) | ENGINE_FLAG_MAY_TRIM, err);
+}
+
+/* Flush a set of legs; fail those that cannot.  Returns 0 if at least
+ * `quorum` uptodate legs flushed, else -1 with *err.
+ */
+int
+io_flush_legs (struct volume *v, uint16_t legs, int *err)
+{
+  static const struct leg_cmd flush = { .op = OP_FLUSH };
+  struct ioreq r;
+  int e;
+
+  ioreq_init (&r, v);
+  for (unsigned i = 0; i < v->nr_legs; ++i)
+    if (legs & (1u << i))
+      ioreq_submit (&r, &v->legs[i], &flush);
+  ioreq_wait (&r);
+  e = judge_write (v, &r, legs, legs & MB_UPTODATE (membership_load (v)));
+  ioreq_destroy (&r);
+  volume_wait_changes (v);
+  if (e != 0) {
+    *err = e;
+    return -1;
+  }
+  return 0;
+}
+
+/* Client flush: every leg that receives writes. */
+int
+engine_flush (struct volume *v, int *err)
+{
+  return io_flush_legs (v, MB_WRITING (membership_load (v)), err);
+}
+
+/* Choose the leg for a read among candidates. */
+static int
+choose_read_leg (struct volume *v, uint16_t candidates)
+{
+  unsigned inflight[MAX_LEGS];
+  unsigned rr = atomic_fetch_add_explicit (&v->rr_next, 1,
+                                           memory_order_relaxed);
+  size_t i;
+
+  for (i = 0; i < v->nr_legs; ++i)
+    inflight[i] = atomic_load_explicit (&v->legs[i].inflight,
+                                        memory_order_relaxed);
+  return select_read_leg (v->cfg.read, candidates, inflight, v->nr_legs,
+                          &rr);
+}
+
+/* Send a read-like command (read, extents) to one uptodate leg after
+ * another until one answers.  A leg that fails is failed and the next
+ * one tried; the last uptodate leg is not failed for a media error
+ * (the client gets it, as from a single disk).
+ */
+static int
+read_from_legs (struct volume *v, const struct leg_cmd *cmd, int *err)
+{
+  uint16_t tried = 0;
+  int last = EIO;
+
+  for (;;) {
+    uint16_t up = MB_UPTODATE (membership_load (v));
+    struct ioreq r;
+    int li, e;
+
+    li = choose_read_leg (v, up & ~tried);
+    if (li == -1) {
+      *err = errno_for_client (last);
+      return -1;
+    }
+    ioreq_init (&r, v);
+    ioreq_submit (&r, &v->legs[li], cmd);
+    ioreq_wait (&r);
+    e = ioreq_leg_error (&r, (unsigned) li);
+    ioreq_destroy (&r);
+    if (e == 0)
+      return 0;
+    tried |= 1u << li;
+    last = e;
+    if (!errno_fails_leg (e)) {
+      *err = errno_for_client (e);
+      return -1;
+    }
+    if (!errno_is_disconnect (e) && (up & ~(1u << li)) == 0) {
+      *err = errno_for_client (e);
+      return -1;
+    }
+    volume_fail_leg (v, &v->legs[li], "read failed: %s", strerror (e));
+  }
+}
+
+/* Client read. */
+int
+engine_pread (struct volume *v, void *buf, uint32_t count, uint64_t offset,
+              int *err)
+{
+  struct leg_cmd cmd = {
+    .op = OP_READ, .buf = buf, .count = count, .offset = offset,
+  };
+  return read_from_legs (v, &cmd, err);
+}
+
+/* Extents collected from a leg, passed on to the client's function
+ * only once the leg has answered successfully (a failed leg's partial
+ * answer must not reach the client, who may get another leg's).
+ */
+struct extent_buf {
+  struct extent_item { uint64_t offset, length; uint32_t type; } *items;
+  size_t nr, cap;
+};
+
+/* Collect one extent. */
+static int
+collect_extent (void *opaque, uint64_t offset, uint64_t length,
+                uint32_t type)
+{
+  struct extent_buf *eb = opaque;
+
+  if (eb->nr == eb->cap) {
+    size_t cap = eb->cap ? eb->cap * 2 : 16;
+    struct extent_item *p = realloc (eb->items, cap * sizeof *p);
+    if (p == NULL)
+      return -1;
+    eb->items = p;
+    eb->cap = cap;
+  }
+  eb->items[eb->nr++] = (struct extent_item) { offset, length, type };
+  return 0;
+}
+
+/* Client block status, answered by one uptodate leg (a leg without
+ * block status answers "allocated data", see ioreq.c).
+ */
+int
+engine_extents (struct volume *v, uint32_t count, uint64_t offset,
+                uint32_t flags, extent_fn fn, void *opaque, int *err)
+{
+  struct extent_buf eb = { 0 };
+  struct leg_cmd cmd = {
+    .op = OP_EXTENTS, .count = count, .offset = offset,
+    .flags = flags & ENGINE_FLAG_REQ_ONE, .fn = collect_extent,
+    .fn_opaque = &eb,
+  };
+  size_t i;
+  int r = 0;
+
+  if (read_from_legs (v, &cmd, err) == -1) {
+    free (eb.items);
+    return -1;
+  }
+  for (i = 0; i < eb.nr && r == 0; ++i)
+    r = fn (opaque, eb.items[i].offset, eb.items[i].length,
+            eb.items[i].type);
+  free (eb.items);
+  if (r == -1)
+    *err = EIO;
+  return r;
+}
+
+/* Client cache: a prefetch hint passed to every uptodate leg that
+ * supports it; errors are not the client's business.
+ */
+int
+engine_cache (struct volume *v, uint32_t count, uint64_t offset,
+              int *err UNUSED)
+{
+  struct leg_cmd cmd = { .op = OP_CACHE, .count = count, .offset = offset };
+  uint16_t up = MB_UPTODATE (membership_load (v));
+  struct ioreq r;
+  unsigned i;
+
+  ioreq_init (&r, v);
+  for (i = 0; i < v->nr_legs; ++i)
+    if ((up & (1u << i)) && v->legs[i].caps.can_cache)
+      ioreq_submit (&r, &v->legs[i], &cmd);
+  ioreq_wait (&r);
+  ioreq_destroy (&r);
+  return 0;
+}

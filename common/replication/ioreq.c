@@ -1,0 +1,470 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Requests fanned out to legs: issue, count down, wait, time out.
+ *
+ * An ioreq lives on the issuing thread's stack.  ioreq_submit sends one
+ * command to one leg (libnbd aio for NBD legs, a direct call for the
+ * local leg) and adds one to the countdown; each completion callback
+ * records its leg's result and subtracts one; the callback that
+ * brings the countdown to zero posts the semaphore.  The issuer holds
+ * one extra count until it starts waiting, so it sleeps once and is
+ * woken once, however many legs there are.
+ *
+ * Callbacks run in poller threads holding their handle's lock: they
+ * only record, count and post; they never call into libnbd.  Nothing
+ * touches the ioreq after the final sem_post.
+ *
+ * Timeouts (ioreq_wait): after timeout= seconds, legs still silent are
+ * timed out (their sockets are shut down, which makes libnbd complete
+ * their commands with an error) unless no other uptodate leg remains,
+ * in which case they get a second period first.  Either way the
+ * issuer waits for every callback before it returns: no late reply can
+ * land in a buffer that has been handed back to nbdkit.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include <libnbd.h>
+
+#include "internal.h"
+
+/* Largest request the engine sends to a leg in one command (zero
+ * requests are split to this size; see io.c).
+ */
+#define ZERO_BUF_SIZE (64 * 1024 * 1024)
+
+static const void *zero_buf;
+static pthread_once_t zero_buf_once = PTHREAD_ONCE_INIT;
+
+/* Map a read-only region of zero pages (no memory is used for it). */
+static void
+map_zero_buf (void)
+{
+  void *p = mmap (NULL, ZERO_BUF_SIZE, PROT_READ,
+                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  zero_buf = p == MAP_FAILED ? NULL : p;
+}
+
+/* Zeroes to write when a leg cannot zero natively, or NULL. */
+static const void *
+zeroes (void)
+{
+  pthread_once (&zero_buf_once, map_zero_buf);
+  return zero_buf;
+}
+
+/* Monotonic time in nanoseconds. */
+uint64_t
+now_ns (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
+}
+
+/* Prepare a request.  Nothing is issued yet. */
+void
+ioreq_init (struct ioreq *r, struct volume *v)
+{
+  r->v = v;
+  sem_init (&r->sem, 0, 0);
+  atomic_init (&r->pending, 1);      /* the issuer's own count */
+  atomic_init (&r->done, 0);
+  r->issued = 0;
+  r->timed_out = 0;
+  r->fua_emulate = 0;
+  r->ext_fn = NULL;
+  r->ext_opaque = NULL;
+  memset (r->err, 0, sizeof r->err);
+}
+
+/* Release the request's resources (after ioreq_wait). */
+void
+ioreq_destroy (struct ioreq *r)
+{
+  sem_destroy (&r->sem);
+}
+
+/* Count the request in the leg's statistics. */
+static void
+count_request (struct leg *l, const struct leg_cmd *cmd)
+{
+  struct leg_stats *s = &l->stats;
+
+  switch (cmd->op) {
+  case OP_READ:
+    atomic_fetch_add_explicit (&s->reads, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit (&s->bytes_read, cmd->count,
+                               memory_order_relaxed);
+    break;
+  case OP_WRITE:
+    atomic_fetch_add_explicit (&s->writes, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit (&s->bytes_written, cmd->count,
+                               memory_order_relaxed);
+    break;
+  case OP_ZERO:
+    atomic_fetch_add_explicit (&s->zeroes, 1, memory_order_relaxed);
+    break;
+  case OP_FLUSH:
+    atomic_fetch_add_explicit (&s->flushes, 1, memory_order_relaxed);
+    break;
+  case OP_CACHE:
+  case OP_EXTENTS:
+    break;
+  }
+}
+
+/* Record one leg's answer and count down; the last answer wakes the
+ * issuer.  Nothing may touch r after the final decrement.
+ */
+static void
+finish_leg (struct ioreq *r, unsigned leg, int err)
+{
+  if (err != 0) {
+    r->err[leg] = err;
+    atomic_fetch_add_explicit (&r->v->legs[leg].stats.errors, 1,
+                               memory_order_relaxed);
+  }
+  atomic_fetch_or (&r->done, 1u << leg);
+  if (atomic_fetch_sub (&r->pending, 1) == 1)
+    sem_post (&r->sem);
+}
+
+/* libnbd completion callback (poller thread, handle lock held). */
+static int
+completion (void *user_data, int *error)
+{
+  struct ioslot *s = user_data;
+  struct ioreq *r = s->req;
+  struct leg *l = &r->v->legs[s->leg];
+  uint64_t us = (now_ns () - s->start_ns) / 1000;
+
+  atomic_fetch_add_explicit (&l->stats.latency_us_sum, us,
+                             memory_order_relaxed);
+  atomic_fetch_add_explicit (&l->stats.latency_count, 1,
+                             memory_order_relaxed);
+  atomic_fetch_sub (&s->conn->inflight, 1);
+  atomic_fetch_sub (&l->inflight, 1);
+  finish_leg (r, s->leg, *error);
+  return 1;
+}
+
+/* libnbd extent callback: pass base:allocation extents to the request's
+ * extent function.
+ */
+static int
+extent_cb (void *user_data, const char *metacontext, uint64_t offset,
+           uint32_t *entries, size_t nr_entries, int *error)
+{
+  struct ioslot *s = user_data;
+  struct ioreq *r = s->req;
+  size_t i;
+
+  if (strcmp (metacontext, LIBNBD_CONTEXT_BASE_ALLOCATION) != 0)
+    return 0;
+  for (i = 0; i + 1 < nr_entries; i += 2) {
+    uint32_t type = entries[i + 1] & (ENGINE_EXTENT_HOLE | ENGINE_EXTENT_ZERO);
+    if (r->ext_fn (r->ext_opaque, offset, entries[i], type) == -1) {
+      *error = EIO;
+      return -1;
+    }
+    offset += entries[i];
+  }
+  return 0;
+}
+
+/* The libnbd flags for a command to leg l. */
+static uint32_t
+nbd_flags_for (const struct leg *l, const struct leg_cmd *cmd)
+{
+  uint32_t f = 0;
+
+  if ((cmd->flags & ENGINE_FLAG_FUA) && l->caps.can_fua)
+    f |= LIBNBD_CMD_FLAG_FUA;
+  if (cmd->op == OP_ZERO && !(cmd->flags & ENGINE_FLAG_MAY_TRIM))
+    f |= LIBNBD_CMD_FLAG_NO_HOLE;
+  if (cmd->op == OP_EXTENTS && (cmd->flags & ENGINE_FLAG_REQ_ONE))
+    f |= LIBNBD_CMD_FLAG_REQ_ONE;
+  return f;
+}
+
+/* Issue cmd on an NBD connection.  Returns the cookie or -1. */
+static int64_t
+issue_nbd (struct conn *c, const struct leg_cmd *cmd, struct ioslot *s)
+{
+  nbd_completion_callback cb = { .callback = completion, .user_data = s };
+  uint32_t f = nbd_flags_for (c->leg, cmd);
+
+  switch (cmd->op) {
+  case OP_READ:
+    return nbd_aio_pread (c->nbd, cmd->buf, cmd->count, cmd->offset, cb, 0);
+  case OP_WRITE:
+    return nbd_aio_pwrite (c->nbd, cmd->buf, cmd->count, cmd->offset, cb, f);
+  case OP_ZERO:
+    if (!c->leg->caps.can_zero)
+      return nbd_aio_pwrite (c->nbd, zeroes (), cmd->count, cmd->offset,
+                             cb, f & ~LIBNBD_CMD_FLAG_NO_HOLE);
+    return nbd_aio_zero (c->nbd, cmd->count, cmd->offset, cb, f);
+  case OP_FLUSH:
+    return nbd_aio_flush (c->nbd, cb, 0);
+  case OP_CACHE:
+    return nbd_aio_cache (c->nbd, cmd->count, cmd->offset, cb, 0);
+  case OP_EXTENTS:
+    return nbd_aio_block_status (c->nbd, cmd->count, cmd->offset,
+                                 (nbd_extent_callback) {
+                                   .callback = extent_cb, .user_data = s },
+                                 cb, f);
+  }
+  errno = EINVAL;
+  return -1;
+}
+
+/* Run cmd on the local leg (the plugin underneath), synchronously.
+ * Returns 0 or an errno.
+ */
+static int
+run_local (struct leg *l, const struct leg_cmd *cmd)
+{
+  const struct local_ops *ops = l->v->local_ops;
+  void *o = l->v->local_opaque;
+  uint32_t fua = (cmd->flags & ENGINE_FLAG_FUA) && l->caps.can_fua
+    ? ENGINE_FLAG_FUA : 0;
+  int err = 0, r = -1;
+
+  switch (cmd->op) {
+  case OP_READ:
+    r = ops->pread (o, cmd->buf, cmd->count, cmd->offset, &err);
+    break;
+  case OP_WRITE:
+    r = ops->pwrite (o, cmd->buf, cmd->count, cmd->offset, fua, &err);
+    break;
+  case OP_ZERO:
+    if (l->caps.can_zero)
+      r = ops->zero (o, cmd->count, cmd->offset,
+                     fua | (cmd->flags & ENGINE_FLAG_MAY_TRIM), &err);
+    else
+      r = ops->pwrite (o, zeroes (), cmd->count, cmd->offset, fua, &err);
+    break;
+  case OP_FLUSH:
+    r = ops->flush (o, &err);
+    break;
+  case OP_CACHE:
+    r = ops->cache (o, cmd->count, cmd->offset, &err);
+    break;
+  case OP_EXTENTS:
+    r = ops->extents (o, cmd->count, cmd->offset, cmd->flags, cmd->fn,
+                      cmd->fn_opaque, &err);
+    break;
+  }
+  if (r == -1 && err == 0)
+    err = EIO;
+  return r == -1 ? err : 0;
+}
+
+/* The error of an aio call that returned -1: a dead or closed handle
+ * means the leg is gone (ENOTCONN), never libnbd's "invalid state".
+ */
+static int
+issue_error (struct conn *c)
+{
+  int e = nbd_get_errno ();
+
+  if (nbd_aio_is_dead (c->nbd) || nbd_aio_is_closed (c->nbd) || e == 0)
+    return ENOTCONN;
+  return e;
+}
+
+/* Issue cmd to leg l on connection c (NULL: the least busy one). */
+void
+ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
+                 const struct leg_cmd *cmd)
+{
+  unsigned li = l->index;
+  struct ioslot *s = &r->slots[li];
+
+  r->issued |= 1u << li;
+  atomic_fetch_add (&r->pending, 1);
+  count_request (l, cmd);
+  if ((cmd->flags & ENGINE_FLAG_FUA) && !l->caps.can_fua &&
+      (cmd->op == OP_WRITE || cmd->op == OP_ZERO) && l->caps.can_flush)
+    r->fua_emulate |= 1u << li;
+  if (cmd->op == OP_EXTENTS) {
+    r->ext_fn = cmd->fn;
+    r->ext_opaque = cmd->fn_opaque;
+  }
+  if (cmd->op == OP_EXTENTS && !l->caps.can_extents) {
+    int e = cmd->fn (cmd->fn_opaque, cmd->offset, cmd->count, 0);
+    finish_leg (r, li, e == -1 ? EIO : 0);
+    return;
+  }
+  if ((cmd->op == OP_ZERO && !l->caps.can_zero && zeroes () == NULL) ||
+      (cmd->op == OP_FLUSH && !l->caps.can_flush) ||
+      (cmd->op == OP_CACHE && !l->caps.can_cache)) {
+    finish_leg (r, li, cmd->op == OP_ZERO ? ENOMEM : 0);
+    return;
+  }
+  if (l->local) {
+    finish_leg (r, li, run_local (l, cmd));
+    return;
+  }
+  if (c == NULL && !leg_enter (l)) {
+    finish_leg (r, li, ENOTCONN);
+    return;
+  }
+  if (c == NULL)
+    s->conn = leg_pick_conn (l);
+  else
+    s->conn = c;
+  s->req = r;
+  s->leg = li;
+  s->start_ns = now_ns ();
+  atomic_fetch_add (&s->conn->inflight, 1);
+  atomic_fetch_add (&l->inflight, 1);
+  if (issue_nbd (s->conn, cmd, s) == -1) {
+    int e = issue_error (s->conn);
+    atomic_fetch_sub (&s->conn->inflight, 1);
+    atomic_fetch_sub (&l->inflight, 1);
+    finish_leg (r, li, e);
+  }
+  else
+    conn_kick_if_needed (s->conn);
+  if (c == NULL)
+    leg_leave (l);
+}
+
+/* Issue cmd to leg l on its least busy connection. */
+void
+ioreq_submit (struct ioreq *r, struct leg *l, const struct leg_cmd *cmd)
+{
+  ioreq_submit_on (r, l, NULL, cmd);
+}
+
+/* Add seconds to a monotonic timespec. */
+static void
+add_seconds (struct timespec *ts, double secs)
+{
+  uint64_t ns = (uint64_t) ts->tv_nsec + (uint64_t) (secs * 1e9);
+
+  ts->tv_sec += (time_t) (ns / 1000000000);
+  ts->tv_nsec = (long) (ns % 1000000000);
+}
+
+/* Time out legs: remember why, shut their sockets down. */
+static void
+time_out_legs (struct ioreq *r, uint32_t legs, double secs)
+{
+  unsigned i;
+
+  for (i = 0; i < r->v->nr_legs; ++i) {
+    struct leg *l = &r->v->legs[i];
+    if (!(legs & (1u << i)))
+      continue;
+    r->timed_out |= 1u << i;
+    leg_set_error (l, "request timed out after %gs", secs);
+    leg_shutdown (l);
+    if (!l->local && r->slots[i].conn)
+      conn_shutdown (r->slots[i].conn);   /* a private connection */
+  }
+}
+
+/* Wait until every leg has answered, timing out silent legs (see the
+ * design note).  Returns when every callback has run.
+ */
+void
+ioreq_wait (struct ioreq *r)
+{
+  double t = r->v->cfg.timeout;
+  struct timespec deadline;
+  bool extended = false;
+
+  if (atomic_fetch_sub (&r->pending, 1) == 1)
+    return;
+  clock_gettime (CLOCK_MONOTONIC, &deadline);
+  add_seconds (&deadline, t);
+
+  for (;;) {
+    uint32_t silent;
+    uint16_t up;
+
+    if (sem_clockwait (&r->sem, CLOCK_MONOTONIC, &deadline) == 0)
+      return;
+    if (errno == EINTR)
+      continue;
+    silent = r->issued & ~atomic_load (&r->done);
+    up = MB_UPTODATE (membership_load (r->v));
+    if (silent != 0 && !extended && (up & silent) && !(up & ~silent)) {
+      extended = true;          /* the last uptodate legs: twice as long */
+      add_seconds (&deadline, t);
+      continue;
+    }
+    if (silent != 0)
+      time_out_legs (r, silent, extended ? 2 * t : t);
+    while (sem_wait (&r->sem) == -1 && errno == EINTR)
+      ;
+    return;
+  }
+}
+
+/* Wait, then make FUA writes durable on the legs that do not support
+ * FUA: flush them, and count a failed flush as that leg's error.
+ */
+void
+ioreq_wait_fua (struct ioreq *r)
+{
+  static const struct leg_cmd flush = { .op = OP_FLUSH };
+  struct ioreq f;
+  uint32_t legs;
+  unsigned i;
+
+  ioreq_wait (r);
+  legs = r->fua_emulate & ~r->timed_out;
+  for (i = 0; i < r->v->nr_legs; ++i)
+    if (r->err[i] != 0)
+      legs &= ~(1u << i);
+  if (legs == 0)
+    return;
+  ioreq_init (&f, r->v);
+  for (i = 0; i < r->v->nr_legs; ++i)
+    if (legs & (1u << i))
+      ioreq_submit (&f, &r->v->legs[i], &flush);
+  ioreq_wait (&f);
+  for (i = 0; i < r->v->nr_legs; ++i)
+    if (legs & (1u << i))
+      r->err[i] = f.err[i];
+  r->timed_out |= f.timed_out;
+  ioreq_destroy (&f);
+}
+
+/* The error of leg li in a finished request: its errno, ETIMEDOUT if
+ * it was timed out, or 0.
+ */
+int
+ioreq_leg_error (const struct ioreq *r, unsigned li)
+{
+  if (r->timed_out & (1u << li))
+    return ETIMEDOUT;
+  return r->err[li];
+}
+
+/* Run one command on one leg and wait (FUA made durable).  Returns 0
+ * or an errno.
+ */
+int
+leg_sync_io (struct leg *l, const struct leg_cmd *cmd)
+{
+  struct ioreq r;
+  int err;
+
+  ioreq_init (&r, l->v);
+  ioreq_submit (&r, l, cmd);
+  ioreq_wait_fua (&r);
+  err = ioreq_leg_error (&r, l->index);
+  ioreq_destroy (&r);
+  return err;
+}

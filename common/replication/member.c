@@ -1,0 +1,216 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Membership: who receives writes, who serves reads, and changing it.
+ *
+ * The membership word (internal.h) is read by every write once, after
+ * its range lock.  A write holds a "ticket" (a count in wcount[parity
+ * of the epoch it read]) only from reading the word until it has set
+ * the bits of the absent slots it skips; nothing blocks inside that
+ * window.  membership_publish stores a new word (epoch + 1) and then
+ * waits for the old parity's count to drain, so when it returns every
+ * write that saw the old word has marked the bitmaps it had to mark.
+ * Publishes are made under v->lock, so the parities never flip twice
+ * during one drain.
+ *
+ * Failing a leg: the state change is published at once (no new request
+ * goes to the leg), the leg's sockets are shut down (its requests in
+ * flight end), and the failure is recorded: the hot activity-log
+ * extents are ORed into its bitmap and the generation is bumped on the
+ * remaining uptodate legs.  While that is in progress pending_changes
+ * is non-zero and every write that completes waits before it is
+ * acknowledged (invariant 1 of DESIGN.md section 5).
+ */
+
+#include <config.h>
+
+#include <limits.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+#include "metaio.h"
+#include "cleanup.h"
+
+/* The current membership word. */
+uint64_t
+membership_load (struct volume *v)
+{
+  return atomic_load (&v->membership);
+}
+
+/* This thread's stripe of the write counters. */
+static unsigned
+my_stripe (void)
+{
+  static _Atomic unsigned next;
+  static _Thread_local unsigned stripe = UINT_MAX;
+
+  if (stripe == UINT_MAX)
+    stripe = atomic_fetch_add (&next, 1) % WCOUNT_STRIPES;
+  return stripe;
+}
+
+/* Take a write ticket and the membership it is valid for.  Returns the
+ * ticket for membership_leave_write.
+ */
+uint16_t
+membership_enter_write (struct volume *v, uint64_t *mp)
+{
+  unsigned s = my_stripe ();
+
+  for (;;) {
+    uint64_t m = atomic_load (&v->membership);
+    unsigned p = MB_EPOCH (m) & 1;
+
+    atomic_fetch_add (&v->wcount[p][s].n, 1);
+    if (atomic_load (&v->membership) == m) {
+      *mp = m;
+      return (uint16_t) (p | (s << 1));
+    }
+    atomic_fetch_sub (&v->wcount[p][s].n, 1);
+  }
+}
+
+/* Give the ticket back: the absent slots' bits are set. */
+void
+membership_leave_write (struct volume *v, uint16_t ticket)
+{
+  atomic_fetch_sub (&v->wcount[ticket & 1][ticket >> 1].n, 1);
+}
+
+/* Writes still holding tickets of a parity. */
+static long
+tickets_out (struct volume *v, unsigned parity)
+{
+  long n = 0;
+  unsigned s;
+
+  for (s = 0; s < WCOUNT_STRIPES; ++s)
+    n += atomic_load (&v->wcount[parity][s].n);
+  return n;
+}
+
+/* Publish a new membership and wait until no write holds a ticket of
+ * the old one.  Called with v->lock held.
+ */
+void
+membership_publish (struct volume *v, uint16_t uptodate, uint16_t writing,
+                    uint16_t absent)
+{
+  uint64_t old = atomic_load (&v->membership);
+
+  atomic_store (&v->membership,
+                MB_MAKE (uptodate, writing, absent, MB_EPOCH (old) + 1));
+  while (tickets_out (v, MB_EPOCH (old) & 1) > 0)
+    sched_yield ();
+}
+
+/* The slots of a set of legs, as a mask. */
+uint16_t
+volume_slot_mask_of (struct volume *v, uint16_t legs)
+{
+  uint16_t slots = 0;
+  size_t i;
+
+  for (i = 0; i < v->nr_legs; ++i)
+    if ((legs & (1u << i)) && v->legs[i].slot >= 0)
+      slots |= 1u << v->legs[i].slot;
+  return slots;
+}
+
+/* Start recording a membership change: writes completing from now on
+ * wait for volume_change_end before they are acknowledged.
+ */
+void
+volume_change_begin (struct volume *v)
+{
+  atomic_fetch_add (&v->pending_changes, 1);
+}
+
+/* The change is recorded: let waiting writes go. */
+void
+volume_change_end (struct volume *v)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+
+  atomic_fetch_sub (&v->pending_changes, 1);
+  pthread_cond_broadcast (&v->cond);
+}
+
+/* Wait until no membership change is being recorded. */
+void
+volume_wait_changes (struct volume *v)
+{
+  if (atomic_load (&v->pending_changes) == 0)
+    return;
+
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+  while (atomic_load (&v->pending_changes) > 0)
+    pthread_cond_wait (&v->cond, &v->lock);
+}
+
+/* Wake the monitor thread (a leg to reconnect or resync). */
+void
+volume_wake_monitor (struct volume *v)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+  pthread_cond_broadcast (&v->monitor_cond);
+}
+
+/* Mark a writing leg failed and publish the new membership.  Returns
+ * true if this call changed it (false: it was not writing), and
+ * whether it was uptodate.  The caller has begun a change.
+ */
+bool
+volume_mark_failed (struct volume *v, struct leg *l, const char *reason,
+                    bool *was_uptodate)
+{
+  uint64_t m;
+  uint16_t bit = 1u << l->index, absent;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+
+  if (l->state != LEG_UPTODATE && l->state != LEG_SYNCING)
+    return false;
+  *was_uptodate = l->state == LEG_UPTODATE;
+  l->state = LEG_FAILED;
+  snprintf (l->last_error, sizeof l->last_error, "%s", reason);
+  l->backoff = 0;
+  l->next_attempt_ns = now_ns () + 1000000000;
+  m = membership_load (v);
+  absent = MB_ABSENT (m);
+  if (v->metadata && l->slot >= 0)
+    absent |= 1u << l->slot;
+  membership_publish (v, MB_UPTODATE (m) & ~bit, MB_WRITING (m) & ~bit,
+                      absent);
+  return true;
+}
+
+/* Fail a leg: stop using it at once and record the failure before any
+ * later write is acknowledged.  If another thread is already failing
+ * it, wait for that to be recorded.  Never called with v->lock or
+ * change_lock held.
+ */
+void
+volume_fail_leg (struct volume *v, struct leg *l, const char *fs, ...)
+{
+  char reason[256], name[128];
+  bool changed, was_uptodate = false;
+  va_list ap;
+
+  va_start (ap, fs);
+  vsnprintf (reason, sizeof reason, fs, ap);
+  va_end (ap);
+
+  volume_change_begin (v);
+  changed = volume_mark_failed (v, l, reason, &was_uptodate);
+  leg_shutdown (l);
+  if (changed) {
+    nbdkit_error ("%s failed: %s", leg_name (l, name, sizeof name), reason);
+    meta_record_failure (v, l, was_uptodate);
+  }
+  volume_change_end (v);
+  volume_wait_changes (v);
+  if (changed)
+    volume_wake_monitor (v);
+}

@@ -1,0 +1,476 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Metadata on legs: reading and writing superblocks, bitmap pages and
+ * activity logs, generation bumps.
+ *
+ * Superblock and activity-log writes go to copy (seq % 2) of the leg
+ * they are for, with FUA; a leg has at most one of each in flight
+ * (superblocks under change_lock, logs under the AL committer role).
+ * Bitmap pages carry the same seq on every leg (v->bm_seq) and are
+ * written under bm_write_lock, several pages at a time.
+ *
+ * A generation bump (meta_bump) writes the new generation, the members
+ * (the slots of the uptodate legs) and every slot's bm_gen to every
+ * uptodate leg before it returns; a leg that cannot take it is failed
+ * on the spot (its hot extents ORed into its bitmap) and the bump is
+ * repeated without it, so the generation a write is acknowledged
+ * under is always recorded on every leg it counts on.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+#include "metaio.h"
+#include "al.h"
+#include "random.h"
+#include "cleanup.h"
+
+#define PAGES_IN_FLIGHT 32
+
+/* Allocate a 4K-aligned buffer. */
+static void *
+alloc_block (size_t size)
+{
+  void *p = NULL;
+
+  if (posix_memalign (&p, META_BLOCK, size) != 0)
+    return NULL;
+  memset (p, 0, size);
+  return p;
+}
+
+/* Allocate the per-leg metadata buffers. */
+int
+meta_alloc_leg (struct volume *v, struct leg *l)
+{
+  if (l->sb_buf == NULL)
+    l->sb_buf = alloc_block (META_BLOCK);
+  if (l->al_buf == NULL && v->layout.al_bytes > 0)
+    l->al_buf = alloc_block (v->layout.al_bytes);
+  if (l->sb_buf == NULL || (v->layout.al_bytes > 0 && l->al_buf == NULL)) {
+    nbdkit_error ("posix_memalign: %m");
+    return -1;
+  }
+  return 0;
+}
+
+/* Read len bytes at offset from a leg.  Returns 0 or an errno. */
+static int
+read_at (struct leg *l, void *buf, uint32_t len, uint64_t offset)
+{
+  struct leg_cmd cmd = {
+    .op = OP_READ, .buf = buf, .count = len, .offset = offset,
+  };
+  return leg_sync_io (l, &cmd);
+}
+
+/* Read a leg's superblock: decode both copies, keep the newest valid. */
+enum meta_status
+meta_read_sb (struct leg *l, struct superblock *sb, char *err,
+              size_t errlen)
+{
+  CLEANUP_FREE uint8_t *buf = alloc_block (META_SB_AREA);
+  struct superblock copy[2];
+  enum meta_status st[2];
+  char why[2][160];
+  int e, pick;
+
+  if (buf == NULL) {
+    snprintf (err, errlen, "out of memory");
+    return META_CORRUPT;
+  }
+  if (l->caps.size < META_SB_AREA)
+    return META_BLANK;
+  e = read_at (l, buf, META_SB_AREA, md_sb_offset (l->caps.size, 0));
+  if (e != 0) {
+    snprintf (err, errlen, "reading the superblock: %s", strerror (e));
+    return META_CORRUPT;
+  }
+  st[0] = sb_decode (buf, &copy[0], why[0], sizeof why[0]);
+  st[1] = sb_decode (buf + META_BLOCK, &copy[1], why[1], sizeof why[1]);
+  pick = meta_pick_copy (st[0], copy[0].seq, st[1], copy[1].seq);
+  if (pick >= 0) {
+    *sb = copy[pick];
+    if (st[!pick] == META_CORRUPT)
+      nbdkit_debug ("leg %u: superblock copy %d ignored: %s",
+                    l->index, !pick, why[!pick]);
+    return META_OK;
+  }
+  if (st[0] == META_BLANK && st[1] == META_BLANK) {
+    snprintf (err, errlen, "%s", why[0]);
+    return META_BLANK;
+  }
+  snprintf (err, errlen, "%s", st[0] == META_CORRUPT ? why[0] : why[1]);
+  return META_CORRUPT;
+}
+
+/* Read a leg's activity log (both copies, the newest valid wins). */
+enum meta_status
+meta_read_al (struct leg *l, uint32_t *extents, uint32_t *nr,
+              uint64_t *seq, char *err, size_t errlen)
+{
+  struct volume *v = l->v;
+  uint64_t bytes = v->layout.al_bytes;
+  CLEANUP_FREE uint8_t *buf = alloc_block (bytes);
+  CLEANUP_FREE uint32_t *other = calloc (v->layout.al_extents,
+                                         sizeof *other);
+  enum meta_status st[2];
+  uint64_t sq[2] = { 0, 0 };
+  uint32_t n[2] = { 0, 0 };
+  char why[160];
+  unsigned c;
+  int pick;
+
+  if (buf == NULL || other == NULL) {
+    snprintf (err, errlen, "out of memory");
+    return META_CORRUPT;
+  }
+  for (c = 0; c < 2; ++c) {
+    int e = read_at (l, buf, (uint32_t) bytes,
+                     md_al_offset (&v->layout, l->caps.size, c));
+    if (e != 0) {
+      snprintf (err, errlen, "reading the activity log: %s", strerror (e));
+      return META_CORRUPT;
+    }
+    st[c] = al_decode (buf, v->layout.al_extents, v->sb.volume_uuid,
+                       v->cfg.al_extent, v->layout.nr_al_extents, &sq[c],
+                       c == 0 ? extents : other, &n[c], why, sizeof why);
+  }
+  pick = meta_pick_copy (st[0], sq[0], st[1], sq[1]);
+  if (pick < 0) {
+    snprintf (err, errlen, "%s", why);
+    return st[0] == META_BLANK && st[1] == META_BLANK
+      ? META_BLANK : META_CORRUPT;
+  }
+  if (pick == 1)
+    memcpy (extents, other, n[1] * sizeof *extents);
+  *nr = n[pick];
+  *seq = sq[pick];
+  return META_OK;
+}
+
+/* The words a page contributes, given the two copies as read from one
+ * leg.  A copy counts only if it belongs to the slot's current bm_gen;
+ * if neither copy is even readable the whole page is set (we cannot
+ * know what it said).  Returns the newest current seq (0 if none).
+ */
+static uint64_t
+page_from_copies (const uint8_t *buf, const uint8_t *uuid, unsigned slot,
+                  uint64_t page, struct gen bm_gen, uint64_t *words)
+{
+  uint64_t best_seq = 0, seq;
+  uint64_t tmp[BM_PAGE_WORDS];
+  enum meta_status st[2];
+  struct gen g;
+  char why[160];
+  unsigned c;
+  bool any_valid = false;
+
+  memset (words, 0, BM_PAGE_WORDS * sizeof *words);
+  for (c = 0; c < 2; ++c) {
+    st[c] = bm_page_decode (buf + c * META_BLOCK, uuid, slot, (uint32_t) page,
+                            &seq, &g, tmp, why, sizeof why);
+    if (st[c] != META_OK)
+      continue;
+    any_valid = true;
+    if (gen_equal (g, bm_gen) && seq > best_seq) {
+      best_seq = seq;
+      memcpy (words, tmp, sizeof tmp);
+    }
+  }
+  if (!any_valid && st[0] == META_CORRUPT && st[1] == META_CORRUPT)
+    memset (words, 0xff, BM_PAGE_WORDS * sizeof *words);
+  return best_seq;
+}
+
+/* OR a slot's bitmap as found on legs into v->bitmaps[slot]. */
+int
+meta_load_bitmap (struct volume *v, unsigned slot, uint16_t legs)
+{
+  CLEANUP_FREE uint8_t *buf = alloc_block (2 * META_BLOCK);
+  struct gen bm_gen = v->sb.slots[slot].bm_gen;
+  uint64_t words[BM_PAGE_WORDS];
+  uint64_t p;
+  unsigned i;
+
+  if (buf == NULL) {
+    nbdkit_error ("posix_memalign: %m");
+    return -1;
+  }
+  for (i = 0; i < v->nr_legs; ++i) {
+    struct leg *l = &v->legs[i];
+    if (!(legs & (1u << i)))
+      continue;
+    for (p = 0; p < v->layout.bm_pages; ++p) {
+      uint64_t off = md_bm_offset (&v->layout, l->caps.size, slot, p, 0);
+      uint64_t seq;
+      int e = read_at (l, buf, 2 * META_BLOCK, off);
+      if (e != 0) {
+        nbdkit_error ("leg %u: reading bitmap of slot %u: %s",
+                      i, slot, strerror (e));
+        return -1;
+      }
+      seq = page_from_copies (buf, v->sb.volume_uuid, slot, p, bm_gen,
+                              words);
+      bitmap_page_or (v->bitmaps[slot], p, words);
+      if (seq > v->bm_seq[slot][p])
+        v->bm_seq[slot][p] = seq;
+    }
+  }
+  return 0;
+}
+
+/* Build leg l's superblock: the common one with its own fields. */
+static void
+sb_for_leg (struct volume *v, struct leg *l, struct superblock *sb)
+{
+  *sb = v->sb;
+  memcpy (sb->leg_uuid, l->uuid, 16);
+  sb->slot = (uint32_t) l->slot;
+  sb->seq = l->sb_seq + 1;
+  sb->mtime = (uint64_t) time (NULL);
+  sb->flags = l->inconsistent ? SB_INCONSISTENT : 0;
+  if (l->inconsistent)
+    sb->gen = l->gen;
+}
+
+/* Write superblocks to legs.  Returns the legs that failed. */
+uint16_t
+meta_write_sb (struct volume *v, uint16_t legs)
+{
+  struct superblock sb;
+  struct ioreq r;
+  uint16_t failed = 0;
+  unsigned i;
+
+  ioreq_init (&r, v);
+  for (i = 0; i < v->nr_legs; ++i) {
+    struct leg *l = &v->legs[i];
+    struct leg_cmd cmd = {
+      .op = OP_WRITE, .buf = l->sb_buf, .count = META_BLOCK,
+      .flags = ENGINE_FLAG_FUA,
+    };
+    if (!(legs & (1u << i)))
+      continue;
+    sb_for_leg (v, l, &sb);
+    sb_encode (&sb, l->sb_buf);
+    cmd.offset = md_sb_offset (l->caps.size, sb.seq % 2);
+    ioreq_submit (&r, l, &cmd);
+  }
+  ioreq_wait_fua (&r);
+  for (i = 0; i < v->nr_legs; ++i) {
+    if (!(legs & (1u << i)))
+      continue;
+    if (ioreq_leg_error (&r, i) != 0)
+      failed |= 1u << i;
+    else
+      v->legs[i].sb_seq++;
+  }
+  ioreq_destroy (&r);
+  return failed;
+}
+
+/* Record that leg l no longer receives writes (change_lock held): the
+ * hot extents into its bitmap, its bm_gen if it was a member, and its
+ * bitmap pages all to be rewritten for this new absence.
+ */
+static void
+record_absent (struct volume *v, struct leg *l, bool was_uptodate)
+{
+  struct sb_slot *s;
+
+  if (l->slot < 0 || v->bitmaps[l->slot] == NULL)
+    return;
+  s = &v->sb.slots[l->slot];
+  al_or_hot_into (v->al, v->bitmaps[l->slot]);
+  if (was_uptodate) {
+    s->bm_gen = l->gen;
+    s->flags &= ~SLOT_MEMBER;
+    bitmap_mark_all_dirty (v->bitmaps[l->slot]);
+    memset (v->bm_seq[l->slot], 0,
+            v->layout.bm_pages * sizeof *v->bm_seq[l->slot]);
+  }
+}
+
+/* Set the member flags from the uptodate legs. */
+static void
+set_members (struct volume *v, uint16_t uptodate)
+{
+  uint16_t slots = volume_slot_mask_of (v, uptodate);
+  unsigned s;
+
+  for (s = 0; s < v->sb.max_legs; ++s) {
+    if (slots & (1u << s))
+      v->sb.slots[s].flags |= SLOT_MEMBER;
+    else
+      v->sb.slots[s].flags &= ~SLOT_MEMBER;
+  }
+}
+
+/* Bump the generation (change_lock held). */
+int
+meta_bump (struct volume *v)
+{
+  for (;;) {
+    uint16_t up = MB_UPTODATE (membership_load (v)), failed;
+    struct gen next = { v->sb.gen.counter + 1, random_u64 () };
+    unsigned i;
+
+    if (up == 0)
+      return -1;
+    sb_push_gen (&v->sb, next);
+    set_members (v, up);
+    failed = meta_write_sb (v, up);
+    for (i = 0; i < v->nr_legs; ++i)
+      if ((up & ~failed) & (1u << i))
+        v->legs[i].gen = next;
+    if (failed == 0) {
+      nbdkit_debug ("generation %" PRIu64 " recorded", next.counter);
+      return 0;
+    }
+    for (i = 0; i < v->nr_legs; ++i) {
+      struct leg *l = &v->legs[i];
+      bool was_uptodate;
+      if (!(failed & (1u << i)))
+        continue;
+      if (volume_mark_failed (v, l, "superblock write failed",
+                              &was_uptodate)) {
+        leg_shutdown (l);
+        record_absent (v, l, was_uptodate);
+      }
+    }
+  }
+}
+
+/* Record a failed leg (see metaio.h). */
+void
+meta_record_failure (struct volume *v, struct leg *l, bool was_uptodate)
+{
+  if (!v->metadata)
+    return;
+
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
+  record_absent (v, l, was_uptodate);
+  if (meta_bump (v) == -1)
+    nbdkit_error ("no uptodate leg left to record the failure of leg %u",
+                  l->index);
+}
+
+/* Encode page p of slot s (taking its dirty mark) with a fresh seq into
+ * buf.  bm_write_lock held.
+ */
+static void
+encode_page (struct volume *v, unsigned s, uint64_t p, uint8_t *buf)
+{
+  uint64_t words[BM_PAGE_WORDS];
+
+  bitmap_page_take_dirty (v->bitmaps[s], p);
+  bitmap_page_get (v->bitmaps[s], p, words);
+  v->bm_seq[s][p]++;
+  bm_page_encode (buf, v->bm_seq[s][p], v->sb.volume_uuid, s, (uint32_t) p,
+                  v->sb.slots[s].bm_gen, words);
+}
+
+/* One batch of page writes: pages (slot, page) to legs.  Returns the
+ * legs that failed.  bm_write_lock held.
+ */
+static uint16_t
+write_pages (struct volume *v, uint16_t legs, size_t n,
+             const unsigned *slots, const uint64_t *pages, uint8_t *bufs)
+{
+  struct ioreq r[PAGES_IN_FLIGHT];
+  uint16_t failed = 0;
+  size_t k;
+  unsigned i;
+
+  for (k = 0; k < n; ++k) {
+    uint8_t *buf = bufs + k * META_BLOCK;
+    encode_page (v, slots[k], pages[k], buf);
+    ioreq_init (&r[k], v);
+    for (i = 0; i < v->nr_legs; ++i) {
+      struct leg *l = &v->legs[i];
+      struct leg_cmd cmd = {
+        .op = OP_WRITE, .buf = buf, .count = META_BLOCK,
+        .flags = ENGINE_FLAG_FUA,
+        .offset = md_bm_offset (&v->layout, l->caps.size, slots[k],
+                                pages[k], v->bm_seq[slots[k]][pages[k]] % 2),
+      };
+      if (legs & (1u << i))
+        ioreq_submit (&r[k], l, &cmd);
+    }
+  }
+  for (k = 0; k < n; ++k) {
+    ioreq_wait_fua (&r[k]);
+    for (i = 0; i < v->nr_legs; ++i)
+      if ((legs & (1u << i)) && ioreq_leg_error (&r[k], i) != 0)
+        failed |= 1u << i;
+    ioreq_destroy (&r[k]);
+  }
+  return failed;
+}
+
+/* Write pages of slots with bitmaps to legs: only the dirty ones, or
+ * all.  Returns the legs that failed.
+ */
+static uint16_t
+write_bitmaps (struct volume *v, uint16_t legs, bool all)
+{
+  CLEANUP_FREE uint8_t *bufs = alloc_block (PAGES_IN_FLIGHT * META_BLOCK);
+  unsigned slots[PAGES_IN_FLIGHT];
+  uint64_t pages[PAGES_IN_FLIGHT];
+  uint16_t failed = 0;
+  size_t n = 0;
+  unsigned s;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->bm_write_lock);
+
+  if (bufs == NULL)
+    return legs;
+  for (s = 0; s < MAX_LEGS; ++s) {
+    uint64_t p;
+    if (v->bitmaps[s] == NULL || !(v->sb.slots[s].flags & SLOT_ASSIGNED))
+      continue;
+    for (p = all ? 0 : bitmap_next_dirty_page (v->bitmaps[s], 0);
+         p < v->layout.bm_pages;
+         p = all ? p + 1 : bitmap_next_dirty_page (v->bitmaps[s], p + 1)) {
+      slots[n] = s;
+      pages[n] = p;
+      if (++n == PAGES_IN_FLIGHT) {
+        failed |= write_pages (v, legs & ~failed, n, slots, pages, bufs);
+        n = 0;
+      }
+    }
+  }
+  if (n > 0)
+    failed |= write_pages (v, legs & ~failed, n, slots, pages, bufs);
+  return failed;
+}
+
+/* Write the dirty bitmap pages to every uptodate leg. */
+int
+meta_persist_bitmaps (struct volume *v)
+{
+  uint16_t up = MB_UPTODATE (membership_load (v));
+  uint16_t failed;
+  unsigned i;
+
+  if (!v->metadata)
+    return 0;
+  failed = write_bitmaps (v, up, false);
+  for (i = 0; i < v->nr_legs; ++i)
+    if (failed & (1u << i))
+      volume_fail_leg (v, &v->legs[i], "bitmap write failed");
+  return (up & ~failed) ? 0 : -1;
+}
+
+/* Write every bitmap page to legs (a joining leg). */
+uint16_t
+meta_write_all_bitmaps (struct volume *v, uint16_t legs)
+{
+  return write_bitmaps (v, legs, true);
+}

@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Reading and writing metadata records on legs (see metaio.c). */
+
+#ifndef REPLICATE_METAIO_H
+#define REPLICATE_METAIO_H
+
+#include <stdint.h>
+
+#include "internal.h"
+
+/* Read a leg's superblock (both copies, the newest valid wins).
+ * Returns META_OK, META_BLANK or META_CORRUPT (reason in err).
+ */
+extern enum meta_status meta_read_sb (struct leg *l, struct superblock *sb,
+                                      char *err, size_t errlen);
+
+/* Read a leg's activity log into extents (capacity v->layout.al_extents)
+ * and its seq.  Returns META_OK, META_BLANK or META_CORRUPT.
+ */
+extern enum meta_status meta_read_al (struct leg *l, uint32_t *extents,
+                                      uint32_t *nr, uint64_t *seq,
+                                      char *err, size_t errlen);
+
+/* OR slot's bitmap as found on legs into v->bitmaps[slot], and learn
+ * each page's seq.  Returns 0 or -1 (read error, after nbdkit_error).
+ */
+extern int meta_load_bitmap (struct volume *v, unsigned slot, uint16_t legs);
+
+/* Write superblocks (v->sb plus each leg's own fields) to legs.
+ * change_lock held.  Returns the legs that failed.
+ */
+extern uint16_t meta_write_sb (struct volume *v, uint16_t legs);
+
+/* Bump the generation on every uptodate leg (change_lock held); legs
+ * that cannot take it are failed and the bump repeated.  Returns 0, or
+ * -1 if no uptodate leg is left.
+ */
+extern int meta_bump (struct volume *v);
+
+/* Record the failure of leg l (see member.c): its hot extents into its
+ * bitmap, its bm_gen, a generation bump.  Takes change_lock.  Nothing
+ * to do without metadata.
+ */
+extern void meta_record_failure (struct volume *v, struct leg *l,
+                                 bool was_uptodate);
+
+/* Write the dirty bitmap pages of every slot with a bitmap to every
+ * uptodate leg (legs that fail are failed).  Returns 0, or -1 if no
+ * uptodate leg took them.
+ */
+extern int meta_persist_bitmaps (struct volume *v);
+
+/* Write every page of every slot with a bitmap (dirty or not) to legs,
+ * with fresh sequence numbers: a leg joining the uptodate set.  Returns
+ * the legs that failed.
+ */
+extern uint16_t meta_write_all_bitmaps (struct volume *v, uint16_t legs);
+
+/* Allocate the per-leg metadata buffers of a leg. */
+extern int meta_alloc_leg (struct volume *v, struct leg *l);
+
+#endif /* REPLICATE_METAIO_H */

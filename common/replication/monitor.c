@@ -1,0 +1,299 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The monitor thread: reconnects failed legs and starts resyncs.
+ *
+ * A failed leg is retried with exponential backoff (1 s doubling to
+ * MAX_BACKOFF).  Its old connections are closed first (leg_close waits
+ * until no request can still reach them).  Once it answers, its
+ * superblock decides what it is to a running controller, which never
+ * re-elects: it is uptodate only if it holds exactly the volume's
+ * current generation (it was the last leg to go and nothing was
+ * written since); it resyncs incrementally if its generation is its
+ * slot's bm_gen; fully if the volume knows its generation, if it is
+ * inconsistent or blank; and it is refused if it belongs to another
+ * volume or holds a generation the volume never had (split brain).
+ * With metadata=none every returning leg is rebuilt fully.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+#include "metaio.h"
+#include "resync.h"
+#include "al.h"
+#include "random.h"
+#include "cleanup.h"
+
+#define MAX_BACKOFF 30
+
+/* Schedule the next reconnection attempt of a failed leg, doubling
+ * the delay.  v->lock held.
+ */
+void
+leg_back_off_locked (struct leg *l)
+{
+  l->backoff = l->backoff == 0 ? 1
+    : l->backoff * 2 > MAX_BACKOFF ? MAX_BACKOFF : l->backoff * 2;
+  l->next_attempt_ns = now_ns () + (uint64_t) l->backoff * 1000000000;
+}
+
+/* What a leg that answers again is to the running volume. */
+enum verdict { V_UPTODATE, V_INCREMENTAL, V_FULL, V_REFUSE };
+
+/* Judge a reconnected leg by its superblock; why gets the reason for a
+ * refusal.
+ */
+static enum verdict
+judge_returning_leg (struct volume *v, struct leg *l, char *why, size_t len)
+{
+  struct superblock sb;
+  enum meta_status st;
+  char a[37], b[37];
+  const struct sb_slot *slot;
+
+  if (!v->metadata)
+    return V_FULL;
+  if (l->caps.size < v->size + v->layout.md_size) {
+    snprintf (why, len, "too small: %" PRIu64 " bytes, the volume needs %"
+              PRIu64, l->caps.size, v->size + v->layout.md_size);
+    return V_REFUSE;
+  }
+  st = meta_read_sb (l, &sb, why, len);
+  if (st != META_OK)
+    return V_FULL;              /* blank or damaged: rebuild it */
+  if (memcmp (sb.volume_uuid, v->sb.volume_uuid, 16) != 0) {
+    uuid_format (sb.volume_uuid, a);
+    uuid_format (v->sb.volume_uuid, b);
+    snprintf (why, len, "belongs to another volume (%s, this is %s): "
+              "never written to", a, b);
+    return V_REFUSE;
+  }
+  l->sb_seq = sb.seq;
+  l->gen = sb.gen;
+  l->inconsistent = (sb.flags & SB_INCONSISTENT) != 0;
+  slot = sb.slot < v->sb.max_legs ? &v->sb.slots[sb.slot] : NULL;
+  if (slot && (slot->flags & SLOT_ASSIGNED) &&
+      memcmp (slot->uuid, sb.leg_uuid, 16) == 0) {
+    memcpy (l->uuid, sb.leg_uuid, 16);
+    l->slot = (int) sb.slot;
+    if (!l->inconsistent && gen_equal (sb.gen, v->sb.gen))
+      return V_UPTODATE;
+    if (gen_equal (sb.gen, slot->bm_gen))
+      return V_INCREMENTAL;
+  }
+  if (l->inconsistent || sb_knows_gen (&v->sb, sb.gen))
+    return V_FULL;
+  snprintf (why, len, "holds generation %" PRIu64 " which this volume "
+            "never had (split brain): not used", sb.gen.counter);
+  return V_REFUSE;
+}
+
+/* A leg holding the current generation rejoins as uptodate: it gets the
+ * activity log and every bitmap first, like a leg finishing a resync.
+ * Returns -1 if it could not take them.
+ */
+static int
+rejoin_uptodate (struct volume *v, struct leg *l)
+{
+  uint16_t bit = 1u << l->index;
+
+  if (v->metadata &&
+      (al_write_to (v->al, bit) != 0 ||
+       meta_write_all_bitmaps (v, bit) != 0))
+    return -1;
+  volume_change_begin (v);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
+    {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+      uint64_t m = membership_load (v);
+      atomic_store (&l->state, LEG_UPTODATE);
+      l->backoff = 0;
+      l->last_error[0] = '\0';
+      membership_publish (v, MB_UPTODATE (m) | bit, MB_WRITING (m) | bit,
+                          MB_ABSENT (m) & ~(1u << l->slot));
+    }
+    if (v->metadata)
+      meta_bump (v);
+  }
+  volume_change_end (v);
+  return 0;
+}
+
+/* Try to bring a failed leg back.  v->lock not held. */
+static void
+reconnect (struct volume *v, struct leg *l)
+{
+  char err[256], name[160];
+  enum verdict verdict;
+
+  leg_name (l, name, sizeof name);
+  leg_close (l);
+  if (leg_open (l, 0, err, sizeof err) == -1 ||
+      leg_start_pollers (l) == -1 ||
+      (v->metadata && meta_alloc_leg (v, l) == -1)) {
+    leg_close (l);
+    leg_set_error (l, "reconnect: %s", err);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    leg_back_off_locked (l);
+    return;
+  }
+  verdict = judge_returning_leg (v, l, err, sizeof err);
+  if (verdict == V_UPTODATE && rejoin_uptodate (v, l) == 0) {
+    nbdkit_debug ("%s is back, up to date", name);
+    l->refused = false;
+    return;
+  }
+  if (verdict == V_UPTODATE) {
+    snprintf (err, sizeof err, "cannot write its metadata");
+    verdict = V_REFUSE;
+  }
+  if (verdict == V_REFUSE) {
+    nbdkit_error ("%s refused: %s", name, err);
+    leg_close (l);
+    leg_set_error (l, "%s", err);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    l->refused = true;
+    leg_back_off_locked (l);
+    return;
+  }
+  nbdkit_debug ("%s is back", name);
+  l->refused = false;
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    atomic_store (&l->state, LEG_STALE);
+    l->want_full = verdict == V_FULL || l->force_full;
+    l->force_full = false;
+    l->last_error[0] = '\0';
+  }
+}
+
+/* Start the resync of a stale leg. */
+static void
+start_resync (struct volume *v, struct leg *l)
+{
+  char name[160];
+
+  if (resync_start (v, l, l->want_full) == 0)
+    return;
+  nbdkit_error ("%s: cannot start a resync", leg_name (l, name, sizeof name));
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+  atomic_store (&l->state, LEG_FAILED);
+  leg_back_off_locked (l);
+}
+
+/* What the monitor should do with a leg now.  v->lock held. */
+enum action { A_NONE, A_REAP, A_RECONNECT, A_RESYNC };
+
+static enum action
+next_action (struct volume *v, struct leg *l, uint64_t now)
+{
+  if (l->resync)
+    return resync_finished (l->resync) ? A_REAP : A_NONE;
+  switch (atomic_load (&l->state)) {
+  case LEG_FAILED:
+    return now >= l->next_attempt_ns ? A_RECONNECT : A_NONE;
+  case LEG_STALE:
+    return MB_UPTODATE (membership_load (v)) ? A_RESYNC : A_NONE;
+  default:
+    return A_NONE;
+  }
+}
+
+/* One pass over the legs.  v->lock held (dropped around the work). */
+static void
+tend_legs (struct volume *v)
+{
+  size_t i;
+
+  for (i = 0; i < v->nr_legs && !atomic_load (&v->stopping); ++i) {
+    struct leg *l = &v->legs[i];
+    struct resync *rs;
+
+    switch (next_action (v, l, now_ns ())) {
+    case A_NONE:
+      break;
+    case A_REAP:
+      rs = l->resync;
+      l->resync = NULL;
+      pthread_mutex_unlock (&v->lock);
+      resync_reap (rs);
+      pthread_mutex_lock (&v->lock);
+      break;
+    case A_RECONNECT:
+      pthread_mutex_unlock (&v->lock);
+      reconnect (v, l);
+      pthread_mutex_lock (&v->lock);
+      break;
+    case A_RESYNC:
+      pthread_mutex_unlock (&v->lock);
+      start_resync (v, l);
+      pthread_mutex_lock (&v->lock);
+      break;
+    }
+  }
+}
+
+/* The monitor thread. */
+static void *
+monitor_thread (void *arg)
+{
+  struct volume *v = arg;
+
+  pthread_mutex_lock (&v->lock);
+  while (!atomic_load (&v->stopping)) {
+    struct timespec ts;
+
+    tend_legs (v);
+    clock_gettime (CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 200000000;
+    if (ts.tv_nsec >= 1000000000) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000;
+    }
+    if (!atomic_load (&v->stopping))
+      pthread_cond_timedwait (&v->monitor_cond, &v->lock, &ts);
+  }
+  pthread_mutex_unlock (&v->lock);
+  return NULL;
+}
+
+/* Start the monitor. */
+int
+monitor_start (struct volume *v)
+{
+  int r = pthread_create (&v->monitor, NULL, monitor_thread, v);
+
+  if (r != 0) {
+    errno = r;
+    nbdkit_error ("pthread_create: %m");
+    return -1;
+  }
+  v->monitor_running = true;
+  return 0;
+}
+
+/* Stop the monitor and every resync (they finish their current run). */
+void
+monitor_stop (struct volume *v)
+{
+  size_t i;
+
+  atomic_store (&v->stopping, true);
+  if (v->monitor_running) {
+    volume_wake_monitor (v);
+    pthread_join (v->monitor, NULL);
+    v->monitor_running = false;
+  }
+  for (i = 0; i < v->nr_legs; ++i)
+    if (v->legs[i].resync) {
+      resync_cancel (v->legs[i].resync);
+      resync_reap (v->legs[i].resync);
+      v->legs[i].resync = NULL;
+    }
+}

@@ -1,0 +1,710 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Resync: bring a stale leg up to date while clients keep writing.
+ *
+ * A resync copies the chunks set in the target slot's bitmap (all of
+ * them for a full resync) from an uptodate source, with LANES threads
+ * each copying one run at a time on their own libnbd connections, so
+ * resync traffic never queues behind client requests on the shared
+ * handles.  Each run is copied under its chunk lock, from the first
+ * look at the source (its block status) to the last write to the
+ * target, so no copy ever overwrites a newer client write (invariant
+ * 5).  Where the source says zero the target gets write-zeroes, so a
+ * sparse volume rebuilds in proportion to its data.
+ *
+ * Order of events:
+ *   1. the target is marked inconsistent (its superblock), gets a slot
+ *      if it has none, and for a full resync its bitmap is all set;
+ *   2. it starts receiving client writes (membership published, which
+ *      waits until every write that did not go to it has marked its
+ *      bitmap);
+ *   3. the copy; every CHECKPOINT_BYTES (or seconds) the target is
+ *      flushed and only then are the copied runs cleared from the
+ *      bitmap and the bitmap written: an interrupted resync resumes
+ *      where it stopped, never past what the target has made durable;
+ *   4. the end: the target is flushed, every absent slot's bitmap is
+ *      written to every uptodate leg and to the target, its
+ *      inconsistent flag is cleared and the generation is bumped with
+ *      it as a member.
+ *
+ * Rate: resync-rate caps the copy; while clients are doing I/O it
+ * yields down to resync-min-rate.  A source that fails is failed and
+ * another one taken; a target that fails ends the resync (its bitmap
+ * and bm_gen stay, the monitor retries).
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+#include "resync.h"
+#include "copy.h"
+#include "metaio.h"
+#include "al.h"
+#include "random.h"
+#include "cleanup.h"
+
+#define LANES 4
+#define RUN_BYTES (1024 * 1024)
+#define CHECKPOINT_BYTES (256 * 1024 * 1024)
+#define CHECKPOINT_NS (2000000000ULL)
+#define BUSY_NS (250000000ULL)
+
+/* A run copied but not yet flushed on the target. */
+struct run {
+  uint64_t first, last;         /* chunks */
+};
+
+struct resync {
+  struct volume *v;
+  struct leg *target;
+  struct bitmap *bm;
+  bool full;
+  pthread_t thread;
+  _Atomic bool cancel;
+  _Atomic bool finished;
+
+  pthread_mutex_t lock;         /* everything below */
+  uint64_t cursor;              /* next chunk to look at */
+  struct leg *source;
+  bool source_failed;
+  bool target_failed;
+  struct run *copied;           /* runs to clear at the next checkpoint */
+  size_t nr_copied, cap_copied;
+  uint64_t since_checkpoint;
+  uint64_t last_checkpoint_ns;
+  uint64_t next_slot_ns;        /* rate limiting: next run may start */
+  uint64_t seen_client_requests;
+  uint64_t busy_until_ns;
+
+  struct conn *src_conns[LANES], *dst_conns[LANES];
+
+  uint64_t start_ns;
+  _Atomic uint64_t done_bytes, copied_bytes, total_bytes;
+};
+
+/* Chunks per run. */
+static uint64_t
+run_chunks (struct volume *v)
+{
+  return v->cfg.chunk >= RUN_BYTES ? 1 : RUN_BYTES / v->cfg.chunk;
+}
+
+/* Bytes of volume in chunks [first, last]. */
+static uint64_t
+run_bytes (struct volume *v, uint64_t first, uint64_t last)
+{
+  uint64_t start = first * v->cfg.chunk;
+  uint64_t end = (last + 1) * v->cfg.chunk;
+
+  return (end > v->size ? v->size : end) - start;
+}
+
+/* Take the next run of set bits (at most run_chunks long) from the
+ * cursor.  rs->lock held.  Returns false when the pass is over.
+ */
+static bool
+next_run (struct resync *rs, struct run *run)
+{
+  uint64_t first = bitmap_next_set (rs->bm, rs->cursor);
+  uint64_t max = run_chunks (rs->v), last = first;
+
+  if (first >= rs->bm->nr_bits)
+    return false;
+  first -= first % max;                 /* align runs to their size */
+  if (!bitmap_test (rs->bm, first))
+    first = bitmap_next_set (rs->bm, first);
+  last = first;
+  while (last + 1 < rs->bm->nr_bits && last + 1 - first < max &&
+         (last + 1) % max != 0 && bitmap_test (rs->bm, last + 1))
+    last++;
+  run->first = first;
+  run->last = last;
+  rs->cursor = last + 1;
+  return true;
+}
+
+/* Sleep until now_ns () >= t. */
+static void
+sleep_until (uint64_t t)
+{
+  uint64_t now = now_ns ();
+
+  if (t > now) {
+    uint64_t ns = t - now;
+    nanosleep (&(struct timespec) { .tv_sec = (time_t) (ns / 1000000000),
+                                    .tv_nsec = (long) (ns % 1000000000) },
+               NULL);
+  }
+}
+
+/* The rate allowed now: the cap, or the floor while clients are busy.
+ * rs->lock held.  0 = unlimited.
+ */
+static uint64_t
+allowed_rate (struct resync *rs, uint64_t now)
+{
+  struct volume *v = rs->v;
+  uint64_t reqs = atomic_load_explicit (&v->client_requests,
+                                        memory_order_relaxed);
+  uint64_t cap = atomic_load (&v->resync_rate);
+  uint64_t floor = atomic_load (&v->resync_min_rate);
+
+  if (reqs != rs->seen_client_requests) {
+    rs->seen_client_requests = reqs;
+    rs->busy_until_ns = now + BUSY_NS;
+  }
+  if (now < rs->busy_until_ns && floor > 0 && (cap == 0 || floor < cap))
+    return floor;
+  return cap;
+}
+
+/* Reserve time for len bytes at the allowed rate; returns when the
+ * run may start.  rs->lock held.
+ */
+static uint64_t
+reserve (struct resync *rs, uint64_t len)
+{
+  uint64_t now = now_ns (), rate = allowed_rate (rs, now), start;
+
+  if (rate == 0)
+    return now;
+  start = rs->next_slot_ns > now ? rs->next_slot_ns : now;
+  rs->next_slot_ns = start + len * 1000000000 / rate;
+  return start;
+}
+
+/* Remember a copied run until the next checkpoint. */
+static int
+add_copied (struct resync *rs, const struct run *run, uint64_t bytes)
+{
+  if (rs->nr_copied == rs->cap_copied) {
+    size_t cap = rs->cap_copied ? rs->cap_copied * 2 : 256;
+    struct run *p = realloc (rs->copied, cap * sizeof *p);
+    if (p == NULL)
+      return -1;
+    rs->copied = p;
+    rs->cap_copied = cap;
+  }
+  rs->copied[rs->nr_copied++] = *run;
+  rs->since_checkpoint += bytes;
+  return 0;
+}
+
+/* Is it time for a checkpoint?  rs->lock held. */
+static bool
+checkpoint_due (struct resync *rs)
+{
+  return rs->since_checkpoint >= CHECKPOINT_BYTES ||
+    (rs->nr_copied > 0 && now_ns () - rs->last_checkpoint_ns >= CHECKPOINT_NS);
+}
+
+/* Flush the target, then clear the runs that were copied before the
+ * flush and write the bitmap.  Returns -1 if the target failed.
+ */
+static int
+checkpoint (struct resync *rs)
+{
+  struct volume *v = rs->v;
+  struct leg_cmd flush = { .op = OP_FLUSH };
+  struct run *runs;
+  size_t nr, i;
+  int e;
+
+  pthread_mutex_lock (&rs->lock);
+  runs = rs->copied;
+  nr = rs->nr_copied;
+  rs->copied = NULL;
+  rs->nr_copied = rs->cap_copied = 0;
+  rs->since_checkpoint = 0;
+  rs->last_checkpoint_ns = now_ns ();
+  pthread_mutex_unlock (&rs->lock);
+
+  e = leg_sync_io (rs->target, &flush);
+  if (e != 0) {
+    free (runs);
+    volume_fail_leg (v, rs->target, "flush during resync failed: %s",
+                     strerror (e));
+    return -1;
+  }
+  for (i = 0; i < nr; ++i)
+    bitmap_clear_range (rs->bm, runs[i].first, runs[i].last);
+  free (runs);
+  if (v->metadata)
+    meta_persist_bitmaps (v);
+  return 0;
+}
+
+/* Copy one run under its chunk lock.  Returns 0, or -1 after failing
+ * the source or the target.
+ */
+static int
+copy_run (struct resync *rs, unsigned lane, const struct run *run,
+          void *buf)
+{
+  struct volume *v = rs->v;
+  uint64_t start = run->first * v->cfg.chunk;
+  uint64_t len = run_bytes (v, run->first, run->last), off;
+  struct endpoint src = { rs->source, rs->src_conns[lane] };
+  struct endpoint dst = { rs->target, rs->dst_conns[lane] };
+  struct range_hold hold;
+  struct copy_result cr = { 0 };
+  int r = 0;
+
+  if (rangelock_lock (v->rl, &hold, start, len) == -1)
+    return -1;
+  for (off = start; off < start + len && r == 0; off += COPY_MAX) {
+    uint64_t n = start + len - off < COPY_MAX ? start + len - off : COPY_MAX;
+    r = copy_range (v, &src, &dst, 1, off, (uint32_t) n, buf, &cr);
+  }
+  rangelock_unlock (v->rl, &hold);
+  atomic_fetch_add (&rs->copied_bytes, cr.data);
+  if (r == 0)
+    return 0;
+  if (cr.failed == 0) {
+    pthread_mutex_lock (&rs->lock);
+    rs->source_failed = true;
+    pthread_mutex_unlock (&rs->lock);
+    volume_fail_leg (v, src.leg, "read during resync failed: %s",
+                     strerror (cr.err));
+  }
+  else {
+    pthread_mutex_lock (&rs->lock);
+    rs->target_failed = true;
+    pthread_mutex_unlock (&rs->lock);
+    volume_fail_leg (v, dst.leg, "write during resync failed: %s",
+                     strerror (cr.err));
+  }
+  return -1;
+}
+
+/* Should the lanes stop? */
+static bool
+must_stop (struct resync *rs)
+{
+  return atomic_load (&rs->cancel) || atomic_load (&rs->v->stopping) ||
+    atomic_load (&rs->target->state) != LEG_SYNCING;
+}
+
+struct lane_arg {
+  struct resync *rs;
+  unsigned lane;
+};
+
+/* A lane: take runs and copy them until the pass ends or something
+ * fails.
+ */
+static void *
+lane_thread (void *arg)
+{
+  struct lane_arg *la = arg;
+  struct resync *rs = la->rs;
+  CLEANUP_FREE void *buf = NULL;
+
+  if (posix_memalign (&buf, 4096, COPY_MAX) != 0)
+    return NULL;
+  for (;;) {
+    struct run run;
+    uint64_t start, bytes;
+    bool due;
+
+    pthread_mutex_lock (&rs->lock);
+    if (rs->source_failed || rs->target_failed || must_stop (rs) ||
+        !next_run (rs, &run)) {
+      pthread_mutex_unlock (&rs->lock);
+      break;
+    }
+    bytes = run_bytes (rs->v, run.first, run.last);
+    start = reserve (rs, bytes);
+    pthread_mutex_unlock (&rs->lock);
+
+    sleep_until (start);
+    if (copy_run (rs, la->lane, &run, buf) == -1)
+      break;
+    atomic_fetch_add (&rs->done_bytes, bytes);
+
+    pthread_mutex_lock (&rs->lock);
+    if (add_copied (rs, &run, bytes) == -1)
+      rs->target_failed = true;
+    due = checkpoint_due (rs);
+    pthread_mutex_unlock (&rs->lock);
+    if (due && checkpoint (rs) == -1)
+      break;
+  }
+  return NULL;
+}
+
+/* Close the private connections. */
+static void
+close_conns (struct resync *rs)
+{
+  unsigned i;
+
+  for (i = 0; i < LANES; ++i) {
+    conn_close (rs->src_conns[i]);
+    conn_close (rs->dst_conns[i]);
+    rs->src_conns[i] = rs->dst_conns[i] = NULL;
+  }
+}
+
+/* Open LANES private connections to an NBD leg (none for the local
+ * leg, which is called directly).
+ */
+static int
+open_conns (struct leg *l, struct conn **conns)
+{
+  char err[256];
+  unsigned i;
+
+  if (l->local)
+    return 0;
+  for (i = 0; i < LANES; ++i) {
+    conns[i] = conn_connect (l, l->v->cfg.timeout, err, sizeof err);
+    if (conns[i] == NULL || conn_start (conns[i]) == -1) {
+      leg_set_error (l, "resync connection: %s", err);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* Choose an uptodate source other than the target and connect to it. */
+static int
+pick_source (struct resync *rs)
+{
+  struct volume *v = rs->v;
+  uint16_t up = MB_UPTODATE (membership_load (v)) &
+    ~(1u << rs->target->index);
+  unsigned i;
+
+  for (i = 0; i < LANES; ++i) {
+    conn_close (rs->src_conns[i]);
+    rs->src_conns[i] = NULL;
+  }
+  rs->source = NULL;
+  if (up == 0)
+    return -1;
+  /* The local leg is the cheapest source; else the lowest index. */
+  rs->source = &v->legs[__builtin_ctz (up)];
+  rs->source_failed = false;
+  return open_conns (rs->source, rs->src_conns);
+}
+
+/* One pass over the bitmap with LANES lanes. */
+static void
+run_pass (struct resync *rs)
+{
+  pthread_t th[LANES];
+  struct lane_arg args[LANES];
+  unsigned i, started = 0;
+
+  rs->cursor = 0;
+  for (i = 0; i < LANES; ++i) {
+    args[i] = (struct lane_arg) { rs, i };
+    if (pthread_create (&th[i], NULL, lane_thread, &args[i]) == 0)
+      started++;
+    else
+      break;
+  }
+  for (i = 0; i < started; ++i)
+    pthread_join (th[i], NULL);
+}
+
+/* Give the target a slot if it has none (a new member).  change_lock
+ * held.  Returns -1 if every slot is taken.
+ */
+static int
+assign_slot (struct volume *v, struct leg *l)
+{
+  unsigned s;
+
+  if (l->slot >= 0)
+    return 0;
+  for (s = 0; s < v->cfg.max_legs; ++s) {
+    struct sb_slot *slot = &v->sb.slots[s];
+    if (slot->flags & SLOT_ASSIGNED)
+      continue;
+    uuid_generate (l->uuid);
+    memcpy (slot->uuid, l->uuid, 16);
+    slot->flags = SLOT_ASSIGNED;
+    l->slot = (int) s;
+    return 0;
+  }
+  leg_set_error (l, "no free metadata slot (max-legs=%u)", v->cfg.max_legs);
+  return -1;
+}
+
+/* Step 1a (change_lock held): a slot, the bitmap, the bm_gen, and the
+ * inconsistent flag on the target itself.
+ */
+static int
+claim_target (struct resync *rs)
+{
+  struct volume *v = rs->v;
+  struct leg *l = rs->target;
+
+  if (!v->metadata) {
+    if (l->slot < 0)
+      l->slot = (int) l->index;
+  }
+  else if (assign_slot (v, l) == -1 || meta_alloc_leg (v, l) == -1)
+    return -1;
+  if (volume_alloc_bitmap (v, (unsigned) l->slot) == -1)
+    return -1;
+  rs->bm = v->bitmaps[l->slot];
+  if (rs->full)
+    bitmap_set_all (rs->bm);
+  if (!v->metadata)
+    return 0;
+  if (rs->full) {
+    l->gen = v->sb.gen;
+    v->sb.slots[l->slot].bm_gen = l->gen;
+    v->sb.slots[l->slot].flags &= ~SLOT_MEMBER;
+  }
+  l->inconsistent = true;
+  if (meta_write_sb (v, 1u << l->index) != 0) {
+    leg_set_error (l, "cannot mark the leg inconsistent");
+    return -1;
+  }
+  return 0;
+}
+
+/* Step 1: claim the target, then record its slot, bm_gen and bitmap
+ * on the uptodate legs (a generation bump).
+ */
+static int
+prepare_target (struct resync *rs)
+{
+  struct volume *v = rs->v;
+  int r;
+
+  pthread_mutex_lock (&v->change_lock);
+  r = claim_target (rs);
+  pthread_mutex_unlock (&v->change_lock);
+  if (r == -1 || !v->metadata)
+    return r;
+  if (meta_persist_bitmaps (v) == -1)
+    return -1;
+  volume_change_begin (v);
+  pthread_mutex_lock (&v->change_lock);
+  r = meta_bump (v);
+  pthread_mutex_unlock (&v->change_lock);
+  volume_change_end (v);
+  return r;
+}
+
+/* Step 2: the target receives writes from now on. */
+static void
+start_receiving_writes (struct resync *rs)
+{
+  struct volume *v = rs->v;
+  struct leg *l = rs->target;
+  uint64_t m;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+
+  l->state = LEG_SYNCING;
+  m = membership_load (v);
+  membership_publish (v, MB_UPTODATE (m),
+                      MB_WRITING (m) | (1u << l->index),
+                      MB_ABSENT (m) & ~(1u << l->slot));
+}
+
+/* Step 4: record the target as uptodate.  Returns -1 if it failed. */
+static int
+finish (struct resync *rs)
+{
+  struct volume *v = rs->v;
+  struct leg *l = rs->target;
+  uint16_t bit = 1u << l->index;
+  int r = 0;
+
+  if (checkpoint (rs) == -1)
+    return -1;
+  if (v->metadata) {
+    if (meta_persist_bitmaps (v) == -1)
+      return -1;
+    if (meta_write_all_bitmaps (v, bit) != 0) {
+      volume_fail_leg (v, l, "cannot write the bitmaps");
+      return -1;
+    }
+  }
+  volume_change_begin (v);
+  pthread_mutex_lock (&v->change_lock);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    uint64_t m = membership_load (v);
+    if (l->state == LEG_SYNCING) {
+      l->state = LEG_UPTODATE;
+      l->inconsistent = false;
+      membership_publish (v, MB_UPTODATE (m) | bit, MB_WRITING (m),
+                          MB_ABSENT (m));
+    }
+    else
+      r = -1;
+  }
+  if (r == 0 && v->metadata && meta_bump (v) == -1)
+    r = -1;
+  pthread_mutex_unlock (&v->change_lock);
+  volume_change_end (v);
+  return r;
+}
+
+/* Remember how the resync went, for status. */
+static void
+record_summary (struct resync *rs)
+{
+  struct leg *l = rs->target;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rs->v->lock);
+
+  l->last_resync.valid = true;
+  l->last_resync.full = rs->full;
+  l->last_resync.bytes = atomic_load (&rs->copied_bytes);
+  l->last_resync.seconds = (double) (now_ns () - rs->start_ns) / 1e9;
+}
+
+/* A resync that ended without making its target uptodate: the target
+ * is failed (a syncing one properly, with its bitmap kept), so the
+ * monitor reconnects it with backoff and starts again from its
+ * metadata.
+ */
+static void
+give_up (struct resync *rs)
+{
+  struct volume *v = rs->v;
+  struct leg *l = rs->target;
+
+  if (atomic_load (&l->state) == LEG_SYNCING) {
+    volume_fail_leg (v, l, "resync interrupted%s",
+                     rs->source == NULL ? ": no uptodate source" : "");
+    return;
+  }
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+  if (atomic_load (&l->state) == LEG_STALE) {
+    atomic_store (&l->state, LEG_FAILED);
+    leg_back_off_locked (l);
+  }
+}
+
+/* The resync thread. */
+static void *
+resync_thread (void *arg)
+{
+  struct resync *rs = arg;
+  struct volume *v = rs->v;
+  char name[160];
+
+  leg_name (rs->target, name, sizeof name);
+  if (open_conns (rs->target, rs->dst_conns) == -1 ||
+      prepare_target (rs) == -1)
+    goto done;
+  start_receiving_writes (rs);
+  atomic_store (&rs->total_bytes,
+                bitmap_count (rs->bm) * (uint64_t) v->cfg.chunk);
+  if (v->al && al_write_to (v->al, 1u << rs->target->index) != 0) {
+    volume_fail_leg (v, rs->target, "activity log write failed");
+    goto done;
+  }
+  nbdkit_debug ("%s: %s resync of %" PRIu64 " bytes started", name,
+                rs->full ? "full" : "incremental",
+                atomic_load (&rs->total_bytes));
+
+  while (!must_stop (rs) && bitmap_next_set (rs->bm, 0) < rs->bm->nr_bits) {
+    if (rs->source == NULL || rs->source_failed) {
+      if (pick_source (rs) == -1) {
+        nbdkit_debug ("%s: no source for the resync", name);
+        break;
+      }
+    }
+    run_pass (rs);
+    if (rs->target_failed || checkpoint (rs) == -1)
+      break;
+  }
+  if (!must_stop (rs) && bitmap_next_set (rs->bm, 0) >= rs->bm->nr_bits &&
+      finish (rs) == 0) {
+    record_summary (rs);
+    nbdkit_debug ("%s: resync done, %" PRIu64 " bytes copied in %.1fs",
+                  name, rs->target->last_resync.bytes,
+                  rs->target->last_resync.seconds);
+  }
+ done:
+  close_conns (rs);
+  if (!atomic_load (&v->stopping) && !atomic_load (&rs->cancel))
+    give_up (rs);
+  atomic_store (&rs->finished, true);
+  volume_wake_monitor (v);
+  return NULL;
+}
+
+/* Start a resync of a stale leg (see resync.h). */
+int
+resync_start (struct volume *v, struct leg *target, bool full)
+{
+  struct resync *rs = calloc (1, sizeof *rs);
+  int r;
+
+  if (rs == NULL)
+    return -1;
+  rs->v = v;
+  rs->target = target;
+  rs->full = full;
+  rs->start_ns = rs->last_checkpoint_ns = now_ns ();
+  pthread_mutex_init (&rs->lock, NULL);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    target->resync = rs;
+  }
+  r = pthread_create (&rs->thread, NULL, resync_thread, rs);
+  if (r != 0) {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    target->resync = NULL;
+    pthread_mutex_destroy (&rs->lock);
+    free (rs);
+    return -1;
+  }
+  return 0;
+}
+
+/* Ask the resync to stop. */
+void
+resync_cancel (struct resync *rs)
+{
+  atomic_store (&rs->cancel, true);
+}
+
+/* Has the thread finished? */
+bool
+resync_finished (struct resync *rs)
+{
+  return atomic_load (&rs->finished);
+}
+
+/* Join and free a resync. */
+void
+resync_reap (struct resync *rs)
+{
+  pthread_join (rs->thread, NULL);
+  close_conns (rs);
+  free (rs->copied);
+  pthread_mutex_destroy (&rs->lock);
+  free (rs);
+}
+
+/* Progress for status. */
+void
+resync_get_progress (struct resync *rs, struct resync_progress *p)
+{
+  double secs = (double) (now_ns () - rs->start_ns) / 1e9;
+
+  p->full = rs->full;
+  p->done = atomic_load (&rs->done_bytes);
+  p->total = atomic_load (&rs->total_bytes);
+  if (p->done > p->total)
+    p->total = p->done;
+  p->rate = secs > 0 ? (double) p->done / secs : 0;
+  p->eta = p->rate > 0 ? (double) (p->total - p->done) / p->rate : -1;
+}

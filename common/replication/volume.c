@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* A volume's life: creation, parameters, threads, negotiation, stop.
+ *
+ * engine_new -> engine_config ... -> engine_config_complete ->
+ * engine_set_local (filter) -> engine_start (start.c) ->
+ * engine_after_fork -> (requests) -> engine_stop -> engine_free.
+ *
+ * A clean stop leaves nothing to copy at the next start: the resyncs
+ * stop after their current run (their progress is on disk), every leg
+ * receiving writes is flushed and the activity log is emptied.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libnbd.h>
+
+#include "internal.h"
+#include "al.h"
+#include "control.h"
+#include "cleanup.h"
+
+const char *engine_config_help = CONFIG_HELP;
+
+/* Granules of the range lock: many buckets keep unrelated writes apart. */
+#define RANGELOCK_BUCKETS 1024
+
+/* Create an engine for one volume. */
+struct volume *
+engine_new (enum engine_shape shape)
+{
+  struct volume *v = calloc (1, sizeof *v);
+
+  if (v == NULL) {
+    nbdkit_error ("calloc: %m");
+    return NULL;
+  }
+  v->shape = shape;
+  config_init (&v->cfg, shape == SHAPE_FILTER);
+  pthread_mutex_init (&v->lock, NULL);
+  pthread_cond_init (&v->cond, NULL);
+  pthread_cond_init (&v->monitor_cond, NULL);
+  pthread_mutex_init (&v->change_lock, NULL);
+  pthread_mutex_init (&v->bm_write_lock, NULL);
+  return v;
+}
+
+/* Free an engine (stopped or never started). */
+void
+engine_free (struct volume *v)
+{
+  size_t i;
+
+  if (v == NULL)
+    return;
+  for (i = 0; i < v->nr_legs; ++i) {
+    free (v->legs[i].sb_buf);
+    free (v->legs[i].al_buf);
+  }
+  for (i = 0; i < MAX_LEGS; ++i) {
+    if (v->bitmaps[i]) {
+      bitmap_free (v->bitmaps[i]);
+      free (v->bitmaps[i]);
+    }
+    free (v->bm_seq[i]);
+  }
+  al_free (v->al);
+  if (v->rl)
+    rangelock_free (v->rl);
+  pthread_mutex_destroy (&v->lock);
+  pthread_cond_destroy (&v->cond);
+  pthread_cond_destroy (&v->monitor_cond);
+  pthread_mutex_destroy (&v->change_lock);
+  pthread_mutex_destroy (&v->bm_write_lock);
+  free (v);
+}
+
+/* One key=value (see engine.h). */
+int
+engine_config (struct volume *v, const char *key, const char *value)
+{
+  char err[512];
+  int r = config_set (&v->cfg, key, value, err, sizeof err);
+
+  if (r == -1)
+    nbdkit_error ("%s", err);
+  return r;
+}
+
+/* Cross-check the parameters and lay out the legs. */
+int
+engine_config_complete (struct volume *v)
+{
+  char err[512];
+  size_t i, nbd = 0;
+
+  if (config_check (&v->cfg, err, sizeof err) == -1) {
+    nbdkit_error ("%s", err);
+    return -1;
+  }
+  v->nr_legs = config_nr_legs (&v->cfg);
+  v->metadata = v->cfg.metadata == METADATA_INTERNAL;
+  v->quorum = v->cfg.quorum;
+  atomic_store (&v->resync_rate, v->cfg.resync_rate);
+  atomic_store (&v->resync_min_rate, v->cfg.resync_min_rate);
+  for (i = 0; i < v->nr_legs; ++i) {
+    struct leg *l = &v->legs[i];
+    l->v = v;
+    l->index = (unsigned) i;
+    l->slot = -1;
+    l->local = v->cfg.local_leg0 && i == 0;
+    l->uri = l->local ? NULL : v->cfg.uris[nbd++];
+    atomic_store (&l->state, LEG_FAILED);
+  }
+  return 0;
+}
+
+/* The filter's leg 0. */
+void
+engine_set_local (struct volume *v, const struct local_ops *ops,
+                  void *opaque)
+{
+  v->local_ops = ops;
+  v->local_opaque = opaque;
+}
+
+/* Create the range lock once the chunk size is final. */
+int
+volume_init_rangelock (struct volume *v)
+{
+  v->rl = rangelock_new (v->cfg.chunk, RANGELOCK_BUCKETS);
+  if (v->rl == NULL) {
+    nbdkit_error ("rangelock: %m");
+    return -1;
+  }
+  return 0;
+}
+
+/* Start every thread of a started volume. */
+int
+engine_after_fork (struct volume *v)
+{
+  size_t i;
+
+  for (i = 0; i < v->nr_legs; ++i)
+    if (atomic_load (&v->legs[i].open) &&
+        leg_start_pollers (&v->legs[i]) == -1)
+      return -1;
+  if (v->al && al_start (v->al) == -1)
+    return -1;
+  if (monitor_start (v) == -1)
+    return -1;
+  if (v->cfg.control && control_start (v) == -1)
+    return -1;
+  v->threads_running = true;
+  return 0;
+}
+
+/* Empty the activity log for a clean stop: flush and cool until nothing
+ * is hot (a few passes at most; give up if legs keep failing).
+ */
+static void
+drain_activity_log (struct volume *v)
+{
+  int pass;
+
+  for (pass = 0; pass < 10 && al_nr_hot (v->al) > 0; ++pass)
+    al_cool (v->al);
+  if (al_nr_hot (v->al) > 0)
+    nbdkit_error ("clean stop: %" PRIu64 " activity-log extent(s) could "
+                  "not be emptied; the next start will resync them",
+                  al_nr_hot (v->al));
+}
+
+/* Stop the volume (see the design note). */
+void
+engine_stop (struct volume *v)
+{
+  size_t i;
+  int err;
+
+  if (v->cfg.control)
+    control_stop (v);
+  monitor_stop (v);
+  if (v->al) {
+    al_stop (v->al);
+    if (v->threads_running)
+      drain_activity_log (v);
+  }
+  else if (v->threads_running)
+    io_flush_legs (v, MB_WRITING (membership_load (v)), &err);
+  for (i = 0; i < v->nr_legs; ++i)
+    leg_close (&v->legs[i]);
+  v->threads_running = false;
+}
+
+/* The exported size. */
+int64_t
+engine_get_size (struct volume *v)
+{
+  return (int64_t) v->size;
+}
+
+/* Writes are accepted (they fail with EIO below quorum). */
+int
+engine_can_write (struct volume *v UNUSED)
+{
+  return 1;
+}
+
+/* Trim only if every leg zeroes natively (see io.c). */
+int
+engine_can_trim (struct volume *v)
+{
+  return v->trim_ok;
+}
+
+/* Block status is always answered. */
+int
+engine_can_extents (struct volume *v UNUSED)
+{
+  return 1;
+}
+
+/* The legs' combined block sizes: the largest minimum and preferred
+ * size, the smallest maximum.  The preferred size is at least 4096
+ * (what nbd-client -b 4096 and the page cache use); with no maximum
+ * from any leg we say 32 MiB, a power of two as nbdublk needs.
+ */
+int
+engine_block_size (struct volume *v, uint32_t *minimum, uint32_t *preferred,
+                   uint32_t *maximum)
+{
+  *minimum = v->min_block ? v->min_block : 1;
+  *maximum = v->max_block ? v->max_block : 32 * 1024 * 1024;
+  *preferred = v->pref_block > 4096 ? v->pref_block : 4096;
+  if (*preferred < *minimum)
+    *preferred = *minimum;
+  if (*preferred > *maximum)
+    *preferred = *maximum;
+  return 0;
+}
+
+/* Extra --dump-plugin lines. */
+void
+engine_dump (void (*print) (const char *key, const char *value))
+{
+  struct nbd_handle *nbd = nbd_create ();
+  char n[32];
+
+  if (nbd) {
+    print ("libnbd_version", nbd_get_version (nbd));
+    nbd_close (nbd);
+  }
+  snprintf (n, sizeof n, "%d", MAX_LEGS);
+  print ("max_legs", n);
+  snprintf (n, sizeof n, "%d", META_VERSION);
+  print ("metadata_version", n);
+}

@@ -1,3 +1,0 @@
-#include <config.h>
-#include "unit.h"
-int main (void) { return unit_exit ("unit-config"); }
