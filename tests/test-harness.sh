@@ -144,6 +144,21 @@ if nbdsh -u "$r2_uri" -c 'h.pread(512, 0)'; then
   exit 1
 fi
 
+# --- stop_replica while a client stays connected, as a controller does:
+# stock nbdkit waits for it after SIGTERM, so after 3 s the replica is
+# killed, and that does not fail the test.
+start_replica 3 --memory 1M
+nbdsh -u "$r3_uri" -c 'import time; time.sleep(30)' &
+client_pid=$!
+wait_until 10 grep -q 'accepted connection' "$tmpdir/r3.log"
+start=${EPOCHREALTIME/./}
+stop_replica 3
+elapsed=$(( ${EPOCHREALTIME/./} - start ))
+test "$elapsed" -ge 3000000
+test "$elapsed" -lt 10000000
+kill "$client_pid"
+wait "$client_pid" || :
+
 # --- A controller (stock nbdkit nbd plugin in front of r0): NAME_uri, and
 # under NBDKIT_VALGRIND=1 valgrind; a restart serves the same data.
 start_controller c nbd uri="$r0_uri"

@@ -28,6 +28,8 @@
 
 #include "internal.h"
 #include "control.h"
+#include "admin.h"
+#include "verify.h"
 #include "cleanup.h"
 
 #define MAX_CLIENTS 16
@@ -134,20 +136,103 @@ cmd_resync (struct volume *v, json_t *req)
   return json_pack ("{s:b}", "ok", 1);
 }
 
+/* The success reply, or the error in err. */
+static json_t *
+result (int r, const char *err)
+{
+  return r == -1 ? error_reply ("%s", err) : json_pack ("{s:b}", "ok", 1);
+}
+
+/* add-leg: a new leg, synced fully. */
+static json_t *
+cmd_add_leg (struct volume *v, json_t *req)
+{
+  const char *uri = json_string_value (json_object_get (req, "uri"));
+  char err[512];
+  int i;
+
+  if (uri == NULL)
+    return error_reply ("missing \"uri\"");
+  i = volume_add_leg (v, uri, err, sizeof err);
+  if (i == -1)
+    return error_reply ("%s", err);
+  return json_pack ("{s:b, s:i}", "ok", 1, "index", i);
+}
+
+/* remove-leg: take a leg out of the volume for good. */
+static json_t *
+cmd_remove_leg (struct volume *v, json_t *req)
+{
+  json_t *reply = NULL;
+  struct leg *l = leg_arg (v, req, &reply);
+  char err[512];
+
+  if (l == NULL)
+    return reply;
+  return result (volume_remove_leg (v, l->index, err, sizeof err), err);
+}
+
+/* set: change a rate. */
+static json_t *
+cmd_set (struct volume *v, json_t *req)
+{
+  const char *key = json_string_value (json_object_get (req, "key"));
+  const char *value = json_string_value (json_object_get (req, "value"));
+  char err[512];
+
+  if (key == NULL || value == NULL)
+    return error_reply ("missing \"key\" or \"value\"");
+  return result (volume_set (v, key, value, err, sizeof err), err);
+}
+
+/* verify: start or stop. */
+static json_t *
+cmd_verify (struct volume *v, json_t *req)
+{
+  const char *action = json_string_value (json_object_get (req, "action"));
+  json_t *from = json_object_get (req, "repair_from");
+  json_t *rate = json_object_get (req, "rate");
+  char err[512];
+
+  if (action && strcmp (action, "stop") == 0)
+    return result (verify_stop (v, err, sizeof err), err);
+  if (action && strcmp (action, "start") != 0)
+    return error_reply ("verify: unknown action \"%s\"", action);
+  if (from && !json_is_null (from) && !json_is_integer (from))
+    return error_reply ("verify: \"repair_from\" must be a leg index");
+  if (json_is_integer (rate))
+    atomic_store (&v->verify_rate, (uint64_t) json_integer_value (rate));
+  return result (verify_start (v, json_is_true (json_object_get (req, "repair")),
+                               json_is_integer (from)
+                               ? (int) json_integer_value (from) : -1,
+                               err, sizeof err), err);
+}
+
 /* Answer one request. */
 json_t *
 control_handle (struct volume *v, json_t *req)
 {
+  static const struct {
+    const char *name;
+    json_t *(*fn) (struct volume *, json_t *);
+  } commands[] = {
+    { "add-leg", cmd_add_leg },
+    { "fail-leg", cmd_fail_leg },
+    { "remove-leg", cmd_remove_leg },
+    { "resync", cmd_resync },
+    { "set", cmd_set },
+    { "verify", cmd_verify },
+  };
   const char *cmd = json_string_value (json_object_get (req, "cmd"));
+  size_t i;
 
   if (cmd == NULL)
     return error_reply ("missing \"cmd\"");
   if (strcmp (cmd, "status") == 0)
     return status_json (v);
-  if (strcmp (cmd, "fail-leg") == 0)
-    return cmd_fail_leg (v, req);
-  if (strcmp (cmd, "resync") == 0)
-    return cmd_resync (v, req);
+  for (i = 0; i < sizeof commands / sizeof commands[0]; ++i)
+    if (strcmp (cmd, commands[i].name) == 0)
+      return commands[i].fn (v, req);
   return error_reply ("unknown command \"%s\"", cmd);
 }
 

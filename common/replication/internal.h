@@ -95,13 +95,20 @@ struct conn {
 
 #define MAX_CONNS 64
 
+/* Latency histogram bucket upper bounds, microseconds (the last
+ * bucket is everything above).
+ */
+#define LATENCY_BUCKETS 14
+extern const uint32_t latency_bounds_us[LATENCY_BUCKETS];
+
 /* Counters shown in status and metrics (all atomic, no lock). */
 struct leg_stats {
   _Atomic uint64_t reads, writes, zeroes, flushes;
   _Atomic uint64_t bytes_read, bytes_written;
   _Atomic uint64_t errors;
-  _Atomic uint64_t latency_us_sum;      /* of completed data requests */
+  _Atomic uint64_t latency_us_sum;      /* of completed NBD requests */
   _Atomic uint64_t latency_count;
+  _Atomic uint64_t latency_hist[LATENCY_BUCKETS + 1];
 };
 
 struct resync_summary {
@@ -115,6 +122,7 @@ struct leg {
   struct volume *v;
   unsigned index;
   const char *uri;          /* NULL for the local leg */
+  char *owned_uri;          /* the uri of a leg added at run time */
   bool local;
 
   /* Connections (NBD legs).  Workers enter the issue window with
@@ -160,7 +168,7 @@ struct volume {
   const struct local_ops *local_ops;
   void *local_opaque;
 
-  size_t nr_legs;
+  _Atomic size_t nr_legs;       /* grows with add-leg, never shrinks */
   struct leg legs[MAX_LEGS];
 
   /* Fixed once started. */
@@ -173,7 +181,7 @@ struct volume {
   bool started, threads_running;
 
   /* Changeable at run time (nbdrep set). */
-  _Atomic uint64_t resync_rate, resync_min_rate;
+  _Atomic uint64_t resync_rate, resync_min_rate, verify_rate;
   /* Client requests so far (resync yields while this moves). */
   _Atomic uint64_t client_requests;
 
@@ -332,6 +340,7 @@ extern void volume_fail_leg (struct volume *v, struct leg *l,
 
 /* io.c */
 extern int io_flush_legs (struct volume *v, uint16_t legs, int *err);
+extern int io_write_locked (struct volume *v, const struct leg_cmd *cmd);
 
 /* start.c, volume.c */
 extern int volume_alloc_bitmap (struct volume *v, unsigned slot);

@@ -112,19 +112,18 @@ judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
   return first_err == ENOSPC ? ENOSPC : EIO;
 }
 
-/* One piece of a write-like request (steps 2 to 8). */
-static int
-write_piece (struct volume *v, const struct leg_cmd *cmd)
+/* Steps 3 to 7 of one piece whose range lock the caller holds (verify
+ * repairs under the lock it compared with).  Returns 0 or an errno.
+ */
+int
+io_write_locked (struct volume *v, const struct leg_cmd *cmd)
 {
-  struct range_hold hold;
   struct ioreq r;
   uint64_t m;
   uint16_t ticket, writing, uptodate;
   unsigned i;
   int err;
 
-  if (rangelock_lock (v->rl, &hold, cmd->offset, cmd->count) == -1)
-    return ENOMEM;
   if (v->al)
     al_acquire (v->al, cmd->offset, cmd->count);
 
@@ -148,6 +147,20 @@ write_piece (struct volume *v, const struct leg_cmd *cmd)
 
   if (v->al)
     al_release (v->al, cmd->offset, cmd->count);
+  return err;
+}
+
+/* One piece of a write-like request (steps 2 to 8). */
+static int
+write_piece (struct volume *v, const struct leg_cmd *cmd)
+{
+  struct range_hold hold;
+  int err;
+
+  atomic_fetch_add_explicit (&v->client_requests, 1, memory_order_relaxed);
+  if (rangelock_lock (v->rl, &hold, cmd->offset, cmd->count) == -1)
+    return ENOMEM;
+  err = io_write_locked (v, cmd);
   rangelock_unlock (v->rl, &hold);
   volume_wait_changes (v);
   return err;
@@ -313,6 +326,8 @@ engine_pread (struct volume *v, void *buf, uint32_t count, uint64_t offset,
   struct leg_cmd cmd = {
     .op = OP_READ, .buf = buf, .count = count, .offset = offset,
   };
+
+  atomic_fetch_add_explicit (&v->client_requests, 1, memory_order_relaxed);
   return read_from_legs (v, &cmd, err);
 }
 

@@ -58,6 +58,24 @@ zeroes (void)
   return zero_buf;
 }
 
+const uint32_t latency_bounds_us[LATENCY_BUCKETS] = {
+  50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000,
+  250000, 1000000, 10000000,
+};
+
+/* Count one completed request's latency. */
+static void
+count_latency (struct leg_stats *s, uint64_t us)
+{
+  unsigned b = 0;
+
+  while (b < LATENCY_BUCKETS && us > latency_bounds_us[b])
+    b++;
+  atomic_fetch_add_explicit (&s->latency_hist[b], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit (&s->latency_us_sum, us, memory_order_relaxed);
+  atomic_fetch_add_explicit (&s->latency_count, 1, memory_order_relaxed);
+}
+
 /* Monotonic time in nanoseconds. */
 uint64_t
 now_ns (void)
@@ -143,12 +161,7 @@ completion (void *user_data, int *error)
   struct ioslot *s = user_data;
   struct ioreq *r = s->req;
   struct leg *l = &r->v->legs[s->leg];
-  uint64_t us = (now_ns () - s->start_ns) / 1000;
-
-  atomic_fetch_add_explicit (&l->stats.latency_us_sum, us,
-                             memory_order_relaxed);
-  atomic_fetch_add_explicit (&l->stats.latency_count, 1,
-                             memory_order_relaxed);
+  count_latency (&l->stats, (now_ns () - s->start_ns) / 1000);
   atomic_fetch_sub (&s->conn->inflight, 1);
   atomic_fetch_sub (&l->inflight, 1);
   finish_leg (r, s->leg, *error);

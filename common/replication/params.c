@@ -898,6 +898,16 @@ same_leg (const struct uri_parts *a, const struct uri_parts *b)
   abort ();
 }
 
+/* Do two URIs name the same leg?  False if either is malformed. */
+bool
+config_same_leg (const char *a, const char *b)
+{
+  struct uri_parts ua, ub;
+
+  return parse_uri (a, &ua, NULL, 0) == 0 && parse_uri (b, &ub, NULL, 0) == 0 &&
+    same_leg (&ua, &ub);
+}
+
 /* Leg index of the i'th URI. */
 static size_t
 leg_index (const struct config *c, size_t i)

@@ -77,6 +77,9 @@ extern size_t config_nr_legs (const struct config *c);
  */
 extern int config_check_uri (const char *uri, char *err, size_t errlen);
 
+/* Do two URIs name the same leg (same server and export)? */
+extern bool config_same_leg (const char *a, const char *b);
+
 /* Parse a human size (512, 64K, 4M, 1G ... 1E; case-insensitive,
  * optional trailing "B" or "iB").  Returns 0 or -1.
  */

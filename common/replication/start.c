@@ -571,6 +571,21 @@ apply_roles (struct volume *v, const struct elect_result *res)
   return winners;
 }
 
+/* Every slot a configured leg holds gets its bitmap now, so that
+ * failing it later (under locks, on the write path) allocates nothing.
+ */
+static int
+alloc_leg_bitmaps (struct volume *v)
+{
+  size_t i;
+
+  for (i = 0; i < v->nr_legs; ++i)
+    if (v->legs[i].slot >= 0 &&
+        volume_alloc_bitmap (v, (unsigned) v->legs[i].slot) == -1)
+      return -1;
+  return 0;
+}
+
 /* Start with metadata=internal. */
 static int
 start_with_metadata (struct volume *v)
@@ -590,7 +605,7 @@ start_with_metadata (struct volume *v)
     return -1;
 
   v->al = al_new (v);
-  if (v->al == NULL)
+  if (v->al == NULL || alloc_leg_bitmaps (v) == -1)
     return -1;
   if (res.outcome == ELECT_EXISTING &&
       (prepare_absent_slots (v, winners, &absent) == -1 ||

@@ -16,6 +16,7 @@
 #include "control.h"
 #include "resync.h"
 #include "al.h"
+#include "verify.h"
 #include "random.h"
 #include "cleanup.h"
 
@@ -85,6 +86,26 @@ latency_us (struct leg *l)
   return n ? (double) sum / (double) n : 0;
 }
 
+/* A leg's latency histogram: bucket upper bounds (microseconds) and
+ * counts (not cumulative; the last count is above the last bound).
+ */
+static json_t *
+latency_hist_json (struct leg *l)
+{
+  json_t *bounds = json_array (), *counts = json_array ();
+  unsigned b;
+
+  for (b = 0; b < LATENCY_BUCKETS; ++b)
+    json_array_append_new (bounds, json_integer (latency_bounds_us[b]));
+  for (b = 0; b <= LATENCY_BUCKETS; ++b)
+    json_array_append_new (counts,
+                           json_integer (counter (&l->stats.latency_hist[b])));
+  return json_pack ("{s:o, s:o, s:I, s:I}", "bounds_us", bounds,
+                    "counts", counts,
+                    "sum_us", counter (&l->stats.latency_us_sum),
+                    "count", counter (&l->stats.latency_count));
+}
+
 /* One leg.  v->lock held. */
 static json_t *
 leg_json (struct volume *v, struct leg *l)
@@ -119,6 +140,7 @@ leg_json (struct volume *v, struct leg *l)
   json_object_set_new (j, "bytes_written",
                        json_integer (counter (&l->stats.bytes_written)));
   json_object_set_new (j, "latency_us", json_real (latency_us (l)));
+  json_object_set_new (j, "latency", latency_hist_json (l));
   json_object_set_new (j, "size", json_integer ((json_int_t) l->caps.size));
   (void) v;
   return j;
@@ -169,6 +191,10 @@ volume_json (struct volume *v)
   json_object_set_new (j, "resync_min_rate",
                        json_integer ((json_int_t)
                                      atomic_load (&v->resync_min_rate)));
+  json_object_set_new (j, "verify_rate",
+                       json_integer ((json_int_t)
+                                     atomic_load (&v->verify_rate)));
+  json_object_set_new (j, "verify", verify_json (v));
   return j;
 }
 

@@ -23,9 +23,15 @@
 #include "internal.h"
 #include "al.h"
 #include "control.h"
+#include "verify.h"
 #include "cleanup.h"
 
 const char *engine_config_help = CONFIG_HELP;
+
+/* Verify's default pace: bounded, so a verify does not starve clients
+ * (nbdrep set verify-rate, or verify --rate, change it).
+ */
+#define DEFAULT_VERIFY_RATE (64 * 1024 * 1024)
 
 /* Granules of the range lock: many buckets keep unrelated writes apart. */
 #define RANGELOCK_BUCKETS 1024
@@ -61,6 +67,7 @@ engine_free (struct volume *v)
   for (i = 0; i < v->nr_legs; ++i) {
     free (v->legs[i].sb_buf);
     free (v->legs[i].al_buf);
+    free (v->legs[i].owned_uri);
   }
   for (i = 0; i < MAX_LEGS; ++i) {
     if (v->bitmaps[i]) {
@@ -108,6 +115,7 @@ engine_config_complete (struct volume *v)
   v->quorum = v->cfg.quorum;
   atomic_store (&v->resync_rate, v->cfg.resync_rate);
   atomic_store (&v->resync_min_rate, v->cfg.resync_min_rate);
+  atomic_store (&v->verify_rate, DEFAULT_VERIFY_RATE);
   for (i = 0; i < v->nr_legs; ++i) {
     struct leg *l = &v->legs[i];
     l->v = v;
@@ -186,6 +194,7 @@ engine_stop (struct volume *v)
 
   if (v->cfg.control)
     control_stop (v);
+  verify_shutdown (v);
   monitor_stop (v);
   if (v->al) {
     al_stop (v->al);

@@ -323,7 +323,10 @@ replicate_cleanup (nbdkit_backend *backend UNUSED)
   }
 }
 
-/* Client connections do not open the plugin: leg 0 is the engine's. */
+/* Client connections do not open the plugin: leg 0 is the engine's.
+ * So every connection callback nbdkit may call must be ours (nbdkit
+ * would pass them to a NULL next).
+ */
 static void *
 replicate_open (nbdkit_next_open *next UNUSED, nbdkit_context *context UNUSED,
                 int readonly UNUSED, const char *exportname UNUSED,
@@ -347,6 +350,21 @@ replicate_block_size (nbdkit_next *next UNUSED, void *handle UNUSED,
                       uint32_t *maximum)
 {
   return engine_block_size (vol, minimum, preferred, maximum);
+}
+
+/* No description (the plugin's is not consulted: it is only leg 0). */
+static const char *
+replicate_export_description (nbdkit_next *next UNUSED,
+                              void *handle UNUSED)
+{
+  return NULL;
+}
+
+/* Not rotational: the legs are whatever they are, reads spread. */
+static int
+replicate_is_rotational (nbdkit_next *next UNUSED, void *handle UNUSED)
+{
+  return 0;
 }
 
 /* Writable. */
@@ -493,7 +511,9 @@ static struct nbdkit_filter filter = {
   .cleanup           = replicate_cleanup,
   .open              = replicate_open,
   .get_size          = replicate_get_size,
+  .export_description = replicate_export_description,
   .block_size        = replicate_block_size,
+  .is_rotational     = replicate_is_rotational,
   .can_write         = replicate_can_write,
   .can_flush         = replicate_can_flush,
   .can_fua           = replicate_can_fua,

@@ -1,0 +1,197 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Operator actions on a running volume: add a leg, remove a leg, change
+ * rates.  (Failing a leg for maintenance is volume_fail_leg; resync and
+ * verify have their own files.)
+ *
+ * Adding: the new leg takes the next index and starts failed with no
+ * delay, so the monitor connects it at once and judges it like any
+ * returning leg (blank: full sync as a new member; a former leg of this
+ * volume: resync; another volume: refused).  Indexes never change while
+ * the controller runs: a removed leg keeps its index, in state removed.
+ *
+ * Removing: refused if it would leave no uptodate leg or fewer than
+ * quorum.  The leg's resync (if any) is stopped, it leaves the
+ * membership, its metadata slot is freed and the generation bumped so
+ * the survivors record it.  Its own metadata is left alone: if it comes
+ * back (on a command line, or with add) it joins as a new member.
+ *
+ * Neither is remembered across a restart: the controller's command line
+ * is the configuration (put the leg on it, or take it off).
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "admin.h"
+#include "metaio.h"
+#include "resync.h"
+#include "cleanup.h"
+
+/* Add a leg.  Returns its index, or -1 with the reason in err. */
+int
+volume_add_leg (struct volume *v, const char *uri, char *err, size_t errlen)
+{
+  struct leg *l;
+  size_t i, n;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+
+  if (config_check_uri (uri, err, errlen) == -1)
+    return -1;
+  n = v->nr_legs;
+  if (n >= MAX_LEGS) {
+    snprintf (err, errlen, "the volume has the maximum of %d legs",
+              MAX_LEGS);
+    return -1;
+  }
+  for (i = 0; i < n; ++i)
+    if (v->legs[i].uri && atomic_load (&v->legs[i].state) != LEG_REMOVED &&
+        config_same_leg (v->legs[i].uri, uri)) {
+      snprintf (err, errlen, "leg %zu (%s) is the same leg", i,
+                v->legs[i].uri);
+      return -1;
+    }
+  l = &v->legs[n];
+  memset (l, 0, sizeof *l);
+  l->owned_uri = strdup (uri);
+  if (l->owned_uri == NULL) {
+    snprintf (err, errlen, "out of memory");
+    return -1;
+  }
+  l->v = v;
+  l->index = (unsigned) n;
+  l->uri = l->owned_uri;
+  l->slot = -1;
+  atomic_store (&l->state, LEG_FAILED);
+  snprintf (l->last_error, sizeof l->last_error, "being added");
+  atomic_store (&v->nr_legs, n + 1);
+  pthread_cond_broadcast (&v->monitor_cond);
+  nbdkit_debug ("leg %zu (%s) added by the operator", n, uri);
+  return (int) n;
+}
+
+/* Why a leg may not be removed, or NULL.  v->lock held. */
+static const char *
+remove_refusal (struct volume *v, struct leg *l)
+{
+  uint16_t up = MB_UPTODATE (membership_load (v)) & ~(1u << l->index);
+
+  if (atomic_load (&l->state) == LEG_REMOVED)
+    return "already removed";
+  if (atomic_load (&l->state) != LEG_UPTODATE)
+    return NULL;
+  if (up == 0)
+    return "it is the last uptodate leg";
+  if ((unsigned) __builtin_popcount (up) < v->quorum)
+    return "fewer uptodate legs than quorum would remain "
+      "(the volume would turn read-only)";
+  return NULL;
+}
+
+/* Stop a leg's resync, if any, and wait for its thread. */
+static void
+stop_resync_of (struct volume *v, struct leg *l)
+{
+  struct resync *rs;
+
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    rs = l->resync;
+    l->resync = NULL;
+  }
+  if (rs) {
+    resync_cancel (rs);
+    resync_reap (rs);
+  }
+}
+
+/* Take the leg out of the membership and free its slot (change_lock
+ * held).
+ */
+static void
+retire_leg (struct volume *v, struct leg *l)
+{
+  uint16_t bit = 1u << l->index, slotbit = 0;
+  int slot = l->slot;
+
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    uint64_t m = membership_load (v);
+    if (slot >= 0)
+      slotbit = 1u << slot;
+    atomic_store (&l->state, LEG_REMOVED);
+    snprintf (l->last_error, sizeof l->last_error, "removed by the operator");
+    membership_publish (v, MB_UPTODATE (m) & ~bit, MB_WRITING (m) & ~bit,
+                        MB_ABSENT (m) & ~slotbit);
+  }
+  if (slot >= 0 && v->metadata) {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->bm_write_lock);
+    memset (&v->sb.slots[slot], 0, sizeof v->sb.slots[slot]);
+    if (v->bitmaps[slot])
+      bitmap_clear_all (v->bitmaps[slot]);
+  }
+  l->slot = -1;
+}
+
+/* Remove a leg.  Returns 0, or -1 with the reason in err. */
+int
+volume_remove_leg (struct volume *v, unsigned index, char *err, size_t errlen)
+{
+  struct leg *l = &v->legs[index];
+  const char *why;
+
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    why = remove_refusal (v, l);
+  }
+  if (why) {
+    snprintf (err, errlen, "leg %u cannot be removed: %s", index, why);
+    return -1;
+  }
+  stop_resync_of (v, l);
+  volume_change_begin (v);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
+    retire_leg (v, l);
+    if (v->metadata)
+      meta_bump (v);
+  }
+  volume_change_end (v);
+  leg_close (l);
+  nbdkit_debug ("leg %u removed by the operator", index);
+  return 0;
+}
+
+/* Change a rate (resync-rate, resync-min-rate, verify-rate).  Returns 0
+ * or -1 with the reason.
+ */
+int
+volume_set (struct volume *v, const char *key, const char *value,
+            char *err, size_t errlen)
+{
+  _Atomic uint64_t *dst;
+  uint64_t n;
+
+  if (strcmp (key, "resync-rate") == 0)
+    dst = &v->resync_rate;
+  else if (strcmp (key, "resync-min-rate") == 0)
+    dst = &v->resync_min_rate;
+  else if (strcmp (key, "verify-rate") == 0)
+    dst = &v->verify_rate;
+  else {
+    snprintf (err, errlen, "unknown setting \"%s\" (resync-rate, "
+              "resync-min-rate or verify-rate)", key);
+    return -1;
+  }
+  if (config_parse_size (value, &n) == -1) {
+    snprintf (err, errlen, "%s=%s: not a size", key, value);
+    return -1;
+  }
+  atomic_store (dst, n);
+  nbdkit_debug ("%s set to %s by the operator", key, value);
+  return 0;
+}
