@@ -380,3 +380,17 @@ ctl_status (struct ctl *c)
   }
   return reply;
 }
+
+/* Open, ask for the status, close. */
+json_t *
+ctl_get_status (const char *path)
+{
+  struct ctl *c = ctl_open (path);
+  json_t *status;
+
+  if (c == NULL)
+    return NULL;
+  status = ctl_status (c);
+  ctl_close (c);
+  return status;
+}

@@ -281,46 +281,21 @@ examine_al (struct nbd_handle *nbd, struct exam *e)
 }
 
 /* Classify page p of slot o from its two copies and write the words
- * it contributes to words (the rules of struct slot_oos).
+ * it contributes to words (bm_page_pick: the rule the engine uses).
  */
 static void
 decode_page (const struct exam *e, struct slot_oos *o, uint64_t p,
              const uint8_t *copies, uint64_t *words)
 {
-  struct gen bm_gen = e->sb->slots[o->slot].bm_gen, g;
-  uint64_t tmp[BM_PAGE_WORDS], seq, best = 0;
-  enum meta_status st[2];
-  bool valid = false, current = false;
-  char why[160];
-  unsigned c;
+  uint64_t seq;
 
-  memset (words, 0, BM_PAGE_WORDS * sizeof *words);
-  for (c = 0; c < 2; ++c) {
-    st[c] = bm_page_decode (copies + c * META_BLOCK, e->sb->volume_uuid,
-                            o->slot, (uint32_t) p, &seq, &g, tmp,
-                            why, sizeof why);
-    if (st[c] == META_CORRUPT)
-      nbdrep_debug ("slot %u page %" PRIu64 " copy %u: %s",
-                    o->slot, p, c, why);
-    if (st[c] != META_OK)
-      continue;
-    valid = true;
-    if (gen_equal (g, bm_gen) && (!current || seq > best)) {
-      current = true;
-      best = seq;
-      memcpy (words, tmp, sizeof tmp);
-    }
+  switch (bm_page_pick (copies, e->sb->volume_uuid, o->slot, (uint32_t) p,
+                        e->sb->slots[o->slot].bm_gen, &seq, words)) {
+  case BM_PAGE_CURRENT: o->pages_current++; break;
+  case BM_PAGE_STALE: o->pages_stale++; break;
+  case BM_PAGE_CORRUPT: o->pages_corrupt++; break;
+  case BM_PAGE_BLANK: o->pages_blank++; break;
   }
-  if (current)
-    o->pages_current++;
-  else if (valid)
-    o->pages_stale++;
-  else if (st[0] == META_CORRUPT && st[1] == META_CORRUPT) {
-    o->pages_corrupt++;
-    memset (words, 0xff, BM_PAGE_WORDS * sizeof *words);
-  }
-  else
-    o->pages_blank++;
 }
 
 /* Count the chunks set in a slot's bitmap (chunk c is bit c % 64 of

@@ -381,7 +381,6 @@ run_metrics (const struct subcommand *cmd, int argc, char **argv)
 {
   static const struct option longopts[] = { COMMON_LONG_OPTIONS };
   const json_t *legs;
-  struct ctl *c;
   json_t *status;
   int opt;
 
@@ -390,11 +389,7 @@ run_metrics (const struct subcommand *cmd, int argc, char **argv)
     other_option (cmd, opt);
   need_operands (cmd, argc, argv, optind, 1, 1);
 
-  c = ctl_open (argv[optind]);
-  if (c == NULL)
-    return EXIT_ERROR;
-  status = ctl_status (c);
-  ctl_close (c);
+  status = ctl_get_status (argv[optind]);
   if (status == NULL)
     return EXIT_ERROR;
   legs = jarr (status, "legs");

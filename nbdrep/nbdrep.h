@@ -17,8 +17,8 @@
  * inspect-text.c, inspect-json.c   its two renderings
  *
  * Conventions: a subcommand returns its exit status (EXIT_*).  A
- * function that fails prints its error with nbdrep_error () first and returns
- * -1 or NULL, so callers only pass the failure up.
+ * function that fails prints its error with nbdrep_error () first and
+ * returns -1 or NULL, so callers only pass the failure up.
  */
 
 #ifndef NBDREP_H
@@ -154,6 +154,8 @@ extern json_t *ctl_request (struct ctl *c, const json_t *req);
 extern json_t *ctl_call (const char *path, const json_t *req);
 /* The status reply ({"cmd":"status"}) on an open connection. */
 extern json_t *ctl_status (struct ctl *c);
+/* Open, ask for the status, close. */
+extern json_t *ctl_get_status (const char *path);
 
 /* ---- table.c ----------------------------------------------------- */
 

@@ -195,7 +195,6 @@ run_status (const struct subcommand *cmd, int argc, char **argv)
     COMMON_LONG_OPTIONS
   };
   bool json = false;
-  struct ctl *c;
   json_t *status;
   int opt, r;
 
@@ -208,11 +207,7 @@ run_status (const struct subcommand *cmd, int argc, char **argv)
   }
   need_operands (cmd, argc, argv, optind, 1, 1);
 
-  c = ctl_open (argv[optind]);
-  if (c == NULL)
-    return EXIT_ERROR;
-  status = ctl_status (c);
-  ctl_close (c);
+  status = ctl_get_status (argv[optind]);
   if (status == NULL)
     return EXIT_ERROR;
   if (!json)

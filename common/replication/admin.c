@@ -32,29 +32,47 @@
 #include "resync.h"
 #include "cleanup.h"
 
-/* Add a leg.  Returns its index, or -1 with the reason in err. */
-int
-volume_add_leg (struct volume *v, const char *uri, char *err, size_t errlen)
+/* Check that uri is a new leg.  v->lock held.  Returns -1 with err. */
+static int
+check_new_uri (struct volume *v, const char *uri, char *err, size_t errlen)
 {
-  struct leg *l;
-  size_t i, n;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+  size_t i;
 
   if (config_check_uri (uri, err, errlen) == -1)
     return -1;
-  n = v->nr_legs;
-  if (n >= MAX_LEGS) {
+  if (v->nr_legs >= MAX_LEGS) {
     snprintf (err, errlen, "the volume has the maximum of %d legs",
               MAX_LEGS);
     return -1;
   }
-  for (i = 0; i < n; ++i)
+  for (i = 0; i < v->nr_legs; ++i)
     if (v->legs[i].uri && atomic_load (&v->legs[i].state) != LEG_REMOVED &&
         config_same_leg (v->legs[i].uri, uri)) {
       snprintf (err, errlen, "leg %zu (%s) is the same leg", i,
                 v->legs[i].uri);
       return -1;
     }
+  return 0;
+}
+
+/* Add a leg: connect it and judge it before it is published, so that
+ * the operator hears at once of an unreachable leg or one of another
+ * volume; then start its resync.  Returns its index, or -1 with the
+ * reason in err.  Only the control thread adds legs.
+ */
+int
+volume_add_leg (struct volume *v, const char *uri, char *err, size_t errlen)
+{
+  struct leg *l;
+  enum verdict verdict;
+  size_t n;
+
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    if (check_new_uri (v, uri, err, errlen) == -1)
+      return -1;
+    n = v->nr_legs;
+  }
   l = &v->legs[n];
   memset (l, 0, sizeof *l);
   l->owned_uri = strdup (uri);
@@ -67,10 +85,23 @@ volume_add_leg (struct volume *v, const char *uri, char *err, size_t errlen)
   l->uri = l->owned_uri;
   l->slot = -1;
   atomic_store (&l->state, LEG_FAILED);
-  snprintf (l->last_error, sizeof l->last_error, "being added");
+  verdict = monitor_examine_leg (v, l, err, errlen);
+  if (verdict == V_REFUSE || verdict == V_UNREACHABLE) {
+    free (l->owned_uri);
+    memset (l, 0, sizeof *l);
+    return -1;
+  }
   atomic_store (&v->nr_legs, n + 1);
-  pthread_cond_broadcast (&v->monitor_cond);
   nbdkit_debug ("leg %zu (%s) added by the operator", n, uri);
+  if (monitor_apply_verdict (v, l, verdict) == -1) {
+    snprintf (err, errlen, "leg %zu: cannot write its metadata", n);
+    return -1;
+  }
+  if (atomic_load (&l->state) == LEG_STALE &&
+      resync_start (v, l, l->want_full) == -1) {
+    snprintf (err, errlen, "leg %zu: cannot start its resync", n);
+    return -1;
+  }
   return (int) n;
 }
 

@@ -120,8 +120,8 @@ cmd_resync (struct volume *v, json_t *req)
     return reply;
   st = atomic_load (&l->state);
   if (st == LEG_UPTODATE && !full)
-    return error_reply ("leg %u is uptodate: nothing to resync (use full "
-                        "to rebuild it anyway)", l->index);
+    return error_reply ("leg %u is uptodate: nothing to resync (ask for a "
+                        "full resync to rebuild it anyway)", l->index);
   if (st == LEG_REMOVED)
     return error_reply ("leg %u is removed", l->index);
   if (st == LEG_UPTODATE || st == LEG_SYNCING)
@@ -253,7 +253,7 @@ answer_line (struct volume *v, int fd, const char *line)
   else
     reply = control_handle (v, req);
   json_decref (req);
-  out = json_dumps (reply, JSON_COMPACT);
+  out = json_dumps (reply, JSON_COMPACT | JSON_REAL_PRECISION (6));
   json_decref (reply);
   if (out == NULL)
     return -1;

@@ -347,6 +347,12 @@ extern int volume_alloc_bitmap (struct volume *v, unsigned slot);
 extern int volume_init_rangelock (struct volume *v);
 
 /* monitor.c */
+/* What a leg that answers (again) is to the running volume. */
+enum verdict { V_UPTODATE, V_INCREMENTAL, V_FULL, V_REFUSE, V_UNREACHABLE };
+extern enum verdict monitor_examine_leg (struct volume *v, struct leg *l,
+                                         char *err, size_t len);
+extern int monitor_apply_verdict (struct volume *v, struct leg *l,
+                                  enum verdict verdict);
 extern int monitor_start (struct volume *v);
 extern void monitor_stop (struct volume *v);
 extern void leg_back_off_locked (struct leg *l);

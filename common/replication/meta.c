@@ -870,3 +870,39 @@ sb_push_gen (struct superblock *sb, struct gen next)
   sb->history_len = kept + 1;
   sb->gen = next;
 }
+
+/* The contribution of a bitmap page from its two copies (see meta.h). */
+enum bm_page_kind
+bm_page_pick (const uint8_t *copies, const uint8_t volume_uuid[16],
+              uint32_t slot, uint32_t page, struct gen bm_gen, uint64_t *seq,
+              uint64_t *words)
+{
+  uint64_t tmp[BM_PAGE_WORDS], s;
+  enum meta_status st[2];
+  struct gen g;
+  bool any_valid = false;
+  unsigned c;
+
+  *seq = 0;
+  memset (words, 0, BM_PAGE_WORDS * sizeof *words);
+  for (c = 0; c < 2; ++c) {
+    st[c] = bm_page_decode (copies + c * META_BLOCK, volume_uuid, slot, page,
+                            &s, &g, tmp, NULL, 0);
+    if (st[c] != META_OK)
+      continue;
+    any_valid = true;
+    if (gen_equal (g, bm_gen) && s > *seq) {
+      *seq = s;
+      memcpy (words, tmp, sizeof tmp);
+    }
+  }
+  if (*seq > 0)
+    return BM_PAGE_CURRENT;
+  if (any_valid)
+    return BM_PAGE_STALE;
+  if (st[0] == META_CORRUPT && st[1] == META_CORRUPT) {
+    memset (words, 0xff, BM_PAGE_WORDS * sizeof *words);
+    return BM_PAGE_CORRUPT;
+  }
+  return BM_PAGE_BLANK;
+}

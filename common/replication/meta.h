@@ -218,6 +218,25 @@ extern enum meta_status bm_page_decode (const uint8_t *buf,
                                         uint64_t *words,
                                         char *err, size_t errlen);
 
+/* What a bitmap page contributes to its slot's bitmap, from its two
+ * copies as read (2 * META_BLOCK bytes): the newest copy written for
+ * the slot's current bm_gen (CURRENT); nothing if the valid copies are
+ * left over from an earlier absence (STALE) or the page was never
+ * written (BLANK); every bit if both copies are damaged (CORRUPT: what
+ * they said cannot be known).  Fills words and *seq (0 unless CURRENT).
+ */
+enum bm_page_kind {
+  BM_PAGE_CURRENT,
+  BM_PAGE_STALE,
+  BM_PAGE_CORRUPT,
+  BM_PAGE_BLANK,
+};
+extern enum bm_page_kind bm_page_pick (const uint8_t *copies,
+                                       const uint8_t volume_uuid[16],
+                                       uint32_t slot, uint32_t page,
+                                       struct gen bm_gen, uint64_t *seq,
+                                       uint64_t *words);
+
 /* Generations. */
 extern bool gen_equal (struct gen a, struct gen b);
 /* Is g the superblock's generation or in its history? */

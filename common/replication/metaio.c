@@ -71,56 +71,58 @@ read_at (struct leg *l, void *buf, uint32_t len, uint64_t offset)
 }
 
 /* Read a leg's superblock: decode both copies, keep the newest valid. */
-enum meta_status
-meta_read_sb (struct leg *l, struct superblock *sb, char *err,
-              size_t errlen)
+int
+meta_read_sb (struct leg *l, struct superblock *sb, enum meta_status *st,
+              char *err, size_t errlen)
 {
   CLEANUP_FREE uint8_t *buf = alloc_block (META_SB_AREA);
   struct superblock copy[2];
-  enum meta_status st[2];
+  enum meta_status cs[2];
   char why[2][160];
   int e, pick;
 
   if (buf == NULL) {
     snprintf (err, errlen, "out of memory");
-    return META_CORRUPT;
+    return -1;
   }
-  if (l->caps.size < META_SB_AREA)
-    return META_BLANK;
+  *st = META_BLANK;
+  if (l->caps.size < META_SB_AREA) {
+    snprintf (err, errlen, "the leg is smaller than a superblock");
+    return 0;
+  }
   e = read_at (l, buf, META_SB_AREA, md_sb_offset (l->caps.size, 0));
   if (e != 0) {
     snprintf (err, errlen, "reading the superblock: %s", strerror (e));
-    return META_CORRUPT;
+    return -1;
   }
-  st[0] = sb_decode (buf, &copy[0], why[0], sizeof why[0]);
-  st[1] = sb_decode (buf + META_BLOCK, &copy[1], why[1], sizeof why[1]);
-  pick = meta_pick_copy (st[0], copy[0].seq, st[1], copy[1].seq);
+  cs[0] = sb_decode (buf, &copy[0], why[0], sizeof why[0]);
+  cs[1] = sb_decode (buf + META_BLOCK, &copy[1], why[1], sizeof why[1]);
+  pick = meta_pick_copy (cs[0], copy[0].seq, cs[1], copy[1].seq);
   if (pick >= 0) {
     *sb = copy[pick];
-    if (st[!pick] == META_CORRUPT)
+    *st = META_OK;
+    if (cs[!pick] == META_CORRUPT)
       nbdkit_debug ("leg %u: superblock copy %d ignored: %s",
                     l->index, !pick, why[!pick]);
-    return META_OK;
+    return 0;
   }
-  if (st[0] == META_BLANK && st[1] == META_BLANK) {
-    snprintf (err, errlen, "%s", why[0]);
-    return META_BLANK;
-  }
-  snprintf (err, errlen, "%s", st[0] == META_CORRUPT ? why[0] : why[1]);
-  return META_CORRUPT;
+  *st = cs[0] == META_BLANK && cs[1] == META_BLANK ? META_BLANK
+                                                   : META_CORRUPT;
+  snprintf (err, errlen, "%s", cs[0] == META_CORRUPT ? why[0] : why[1]);
+  return 0;
 }
 
 /* Read a leg's activity log (both copies, the newest valid wins). */
-enum meta_status
-meta_read_al (struct leg *l, uint32_t *extents, uint32_t *nr,
-              uint64_t *seq, char *err, size_t errlen)
+int
+meta_read_al (struct leg *l, uint32_t *extents, uint32_t *nr, uint64_t *seq,
+              enum meta_status *st, char *err, size_t errlen)
 {
   struct volume *v = l->v;
   uint64_t bytes = v->layout.al_bytes;
   CLEANUP_FREE uint8_t *buf = alloc_block (bytes);
   CLEANUP_FREE uint32_t *other = calloc (v->layout.al_extents,
                                          sizeof *other);
-  enum meta_status st[2];
+  enum meta_status cs[2];
   uint64_t sq[2] = { 0, 0 };
   uint32_t n[2] = { 0, 0 };
   char why[160];
@@ -129,64 +131,32 @@ meta_read_al (struct leg *l, uint32_t *extents, uint32_t *nr,
 
   if (buf == NULL || other == NULL) {
     snprintf (err, errlen, "out of memory");
-    return META_CORRUPT;
+    return -1;
   }
   for (c = 0; c < 2; ++c) {
     int e = read_at (l, buf, (uint32_t) bytes,
                      md_al_offset (&v->layout, l->caps.size, c));
     if (e != 0) {
       snprintf (err, errlen, "reading the activity log: %s", strerror (e));
-      return META_CORRUPT;
+      return -1;
     }
-    st[c] = al_decode (buf, v->layout.al_extents, v->sb.volume_uuid,
+    cs[c] = al_decode (buf, v->layout.al_extents, v->sb.volume_uuid,
                        v->cfg.al_extent, v->layout.nr_al_extents, &sq[c],
                        c == 0 ? extents : other, &n[c], why, sizeof why);
   }
-  pick = meta_pick_copy (st[0], sq[0], st[1], sq[1]);
+  pick = meta_pick_copy (cs[0], sq[0], cs[1], sq[1]);
   if (pick < 0) {
     snprintf (err, errlen, "%s", why);
-    return st[0] == META_BLANK && st[1] == META_BLANK
-      ? META_BLANK : META_CORRUPT;
+    *st = cs[0] == META_BLANK && cs[1] == META_BLANK ? META_BLANK
+                                                     : META_CORRUPT;
+    return 0;
   }
   if (pick == 1)
     memcpy (extents, other, n[1] * sizeof *extents);
   *nr = n[pick];
   *seq = sq[pick];
-  return META_OK;
-}
-
-/* The words a page contributes, given the two copies as read from one
- * leg.  A copy counts only if it belongs to the slot's current bm_gen;
- * if neither copy is even readable the whole page is set (we cannot
- * know what it said).  Returns the newest current seq (0 if none).
- */
-static uint64_t
-page_from_copies (const uint8_t *buf, const uint8_t *uuid, unsigned slot,
-                  uint64_t page, struct gen bm_gen, uint64_t *words)
-{
-  uint64_t best_seq = 0, seq;
-  uint64_t tmp[BM_PAGE_WORDS];
-  enum meta_status st[2];
-  struct gen g;
-  char why[160];
-  unsigned c;
-  bool any_valid = false;
-
-  memset (words, 0, BM_PAGE_WORDS * sizeof *words);
-  for (c = 0; c < 2; ++c) {
-    st[c] = bm_page_decode (buf + c * META_BLOCK, uuid, slot, (uint32_t) page,
-                            &seq, &g, tmp, why, sizeof why);
-    if (st[c] != META_OK)
-      continue;
-    any_valid = true;
-    if (gen_equal (g, bm_gen) && seq > best_seq) {
-      best_seq = seq;
-      memcpy (words, tmp, sizeof tmp);
-    }
-  }
-  if (!any_valid && st[0] == META_CORRUPT && st[1] == META_CORRUPT)
-    memset (words, 0xff, BM_PAGE_WORDS * sizeof *words);
-  return best_seq;
+  *st = META_OK;
+  return 0;
 }
 
 /* OR a slot's bitmap as found on legs into v->bitmaps[slot]. */
@@ -216,8 +186,8 @@ meta_load_bitmap (struct volume *v, unsigned slot, uint16_t legs)
                       i, slot, strerror (e));
         return -1;
       }
-      seq = page_from_copies (buf, v->sb.volume_uuid, slot, p, bm_gen,
-                              words);
+      bm_page_pick (buf, v->sb.volume_uuid, slot, (uint32_t) p, bm_gen,
+                    &seq, words);
       bitmap_page_or (v->bitmaps[slot], p, words);
       if (seq > v->bm_seq[slot][p])
         v->bm_seq[slot][p] = seq;

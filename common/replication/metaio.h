@@ -8,18 +8,19 @@
 
 #include "internal.h"
 
-/* Read a leg's superblock (both copies, the newest valid wins).
- * Returns META_OK, META_BLANK or META_CORRUPT (reason in err).
+/* Read a leg's superblock (both copies, the newest valid wins) and
+ * set *st to META_OK, META_BLANK or META_CORRUPT (reason in err).
+ * Returns 0, or -1 if the leg could not be read (reason in err).
  */
-extern enum meta_status meta_read_sb (struct leg *l, struct superblock *sb,
-                                      char *err, size_t errlen);
+extern int meta_read_sb (struct leg *l, struct superblock *sb,
+                         enum meta_status *st, char *err, size_t errlen);
 
 /* Read a leg's activity log into extents (capacity v->layout.al_extents)
- * and its seq.  Returns META_OK, META_BLANK or META_CORRUPT.
+ * and its seq, setting *st as meta_read_sb does.  Returns 0 or -1 (I/O).
  */
-extern enum meta_status meta_read_al (struct leg *l, uint32_t *extents,
-                                      uint32_t *nr, uint64_t *seq,
-                                      char *err, size_t errlen);
+extern int meta_read_al (struct leg *l, uint32_t *extents, uint32_t *nr,
+                         uint64_t *seq, enum meta_status *st,
+                         char *err, size_t errlen);
 
 /* OR slot's bitmap as found on legs into v->bitmaps[slot], and learn
  * each page's seq.  Returns 0 or -1 (read error, after nbdkit_error).

@@ -42,8 +42,6 @@ leg_back_off_locked (struct leg *l)
   l->next_attempt_ns = now_ns () + (uint64_t) l->backoff * 1000000000;
 }
 
-/* What a leg that answers again is to the running volume. */
-enum verdict { V_UPTODATE, V_INCREMENTAL, V_FULL, V_REFUSE };
 
 /* Judge a reconnected leg by its superblock; why gets the reason for a
  * refusal.
@@ -63,7 +61,8 @@ judge_returning_leg (struct volume *v, struct leg *l, char *why, size_t len)
               PRIu64, l->caps.size, v->size + v->layout.md_size);
     return V_REFUSE;
   }
-  st = meta_read_sb (l, &sb, why, len);
+  if (meta_read_sb (l, &sb, &st, why, len) == -1)
+    return V_UNREACHABLE;
   if (st != META_OK)
     return V_FULL;              /* blank or damaged: rebuild it */
   if (memcmp (sb.volume_uuid, v->sb.volume_uuid, 16) != 0) {
@@ -125,51 +124,86 @@ rejoin_uptodate (struct volume *v, struct leg *l)
   return 0;
 }
 
+/* Connect a leg and judge it.  On V_REFUSE or V_UNREACHABLE the leg
+ * is closed again and err says why.  v->lock not held.
+ */
+enum verdict
+monitor_examine_leg (struct volume *v, struct leg *l, char *err, size_t len)
+{
+  enum verdict verdict;
+
+  leg_close (l);
+  if (leg_open (l, 0, err, len) == -1 || leg_start_pollers (l) == -1 ||
+      (v->metadata && meta_alloc_leg (v, l) == -1)) {
+    leg_close (l);
+    return V_UNREACHABLE;
+  }
+  verdict = judge_returning_leg (v, l, err, len);
+  if (verdict == V_REFUSE || verdict == V_UNREACHABLE)
+    leg_close (l);
+  return verdict;
+}
+
+/* Act on a good verdict: rejoin as uptodate, or become stale (the
+ * resync kind remembered).  Returns -1 if an uptodate leg could not take
+ * its metadata (it stays failed).
+ */
+int
+monitor_apply_verdict (struct volume *v, struct leg *l, enum verdict verdict)
+{
+  char name[160];
+
+  leg_name (l, name, sizeof name);
+  l->refused = false;
+  if (verdict == V_UPTODATE) {
+    if (rejoin_uptodate (v, l) == -1)
+      return -1;
+    nbdkit_debug ("%s is back, up to date", name);
+    return 0;
+  }
+  nbdkit_debug ("%s is back: %s resync", name,
+                verdict == V_FULL || l->force_full ? "full" : "incremental");
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+  atomic_store (&l->state, LEG_STALE);
+  l->want_full = verdict == V_FULL || l->force_full;
+  l->force_full = false;
+  l->last_error[0] = '\0';
+  return 0;
+}
+
+/* A reconnection failed: remember why and back off. */
+static void
+reconnect_failed (struct volume *v, struct leg *l, const char *why,
+                  bool refused)
+{
+  leg_set_error (l, "%s", why);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+  l->refused = refused;
+  leg_back_off_locked (l);
+}
+
 /* Try to bring a failed leg back.  v->lock not held. */
 static void
 reconnect (struct volume *v, struct leg *l)
 {
-  char err[256], name[160];
-  enum verdict verdict;
+  char err[256], why[300], name[160];
+  enum verdict verdict = monitor_examine_leg (v, l, err, sizeof err);
 
   leg_name (l, name, sizeof name);
-  leg_close (l);
-  if (leg_open (l, 0, err, sizeof err) == -1 ||
-      leg_start_pollers (l) == -1 ||
-      (v->metadata && meta_alloc_leg (v, l) == -1)) {
-    leg_close (l);
-    leg_set_error (l, "reconnect: %s", err);
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-    leg_back_off_locked (l);
+  switch (verdict) {
+  case V_UNREACHABLE:
+    snprintf (why, sizeof why, "reconnect: %s", err);
+    reconnect_failed (v, l, why, false);
     return;
-  }
-  verdict = judge_returning_leg (v, l, err, sizeof err);
-  if (verdict == V_UPTODATE && rejoin_uptodate (v, l) == 0) {
-    nbdkit_debug ("%s is back, up to date", name);
-    l->refused = false;
-    return;
-  }
-  if (verdict == V_UPTODATE) {
-    snprintf (err, sizeof err, "cannot write its metadata");
-    verdict = V_REFUSE;
-  }
-  if (verdict == V_REFUSE) {
+  case V_REFUSE:
     nbdkit_error ("%s refused: %s", name, err);
-    leg_close (l);
-    leg_set_error (l, "%s", err);
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-    l->refused = true;
-    leg_back_off_locked (l);
+    reconnect_failed (v, l, err, true);
     return;
-  }
-  nbdkit_debug ("%s is back", name);
-  l->refused = false;
-  {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-    atomic_store (&l->state, LEG_STALE);
-    l->want_full = verdict == V_FULL || l->force_full;
-    l->force_full = false;
-    l->last_error[0] = '\0';
+  default:
+    if (monitor_apply_verdict (v, l, verdict) == -1) {
+      leg_close (l);
+      reconnect_failed (v, l, "cannot write its metadata", false);
+    }
   }
 }
 

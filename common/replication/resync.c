@@ -640,7 +640,10 @@ resync_thread (void *arg)
   return NULL;
 }
 
-/* Start a resync of a stale leg (see resync.h). */
+/* Start a resync of a stale leg (see resync.h).  If another thread
+ * already started one (the monitor and the control socket both may),
+ * there is nothing to do.
+ */
 int
 resync_start (struct volume *v, struct leg *target, bool full)
 {
@@ -656,15 +659,19 @@ resync_start (struct volume *v, struct leg *target, bool full)
   pthread_mutex_init (&rs->lock, NULL);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    if (target->resync != NULL || atomic_load (&target->state) != LEG_STALE) {
+      pthread_mutex_destroy (&rs->lock);
+      free (rs);
+      return 0;
+    }
     target->resync = rs;
-  }
-  r = pthread_create (&rs->thread, NULL, resync_thread, rs);
-  if (r != 0) {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-    target->resync = NULL;
-    pthread_mutex_destroy (&rs->lock);
-    free (rs);
-    return -1;
+    r = pthread_create (&rs->thread, NULL, resync_thread, rs);
+    if (r != 0) {
+      target->resync = NULL;
+      pthread_mutex_destroy (&rs->lock);
+      free (rs);
+      return -1;
+    }
   }
   return 0;
 }

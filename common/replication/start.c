@@ -128,17 +128,25 @@ reads_as_zero (struct leg *l)
   return zero;
 }
 
-/* Fill in the election's view of leg i (once it is open). */
+/* Fill in the election's view of leg i (once it is open).  A leg that
+ * cannot be read is closed again (it counts as unreachable).
+ */
 static void
 examine_leg (struct volume *v, size_t i, struct elect_leg *el)
 {
   struct leg *l = &v->legs[i];
-  char err[256];
+  char err[256], name[160];
 
+  leg_name (l, name, sizeof name);
+  if (meta_read_sb (l, &el->sb, &el->status, err, sizeof err) == -1) {
+    nbdkit_error ("%s: %s", name, err);
+    snprintf (l->last_error, sizeof l->last_error, "%s", err);
+    leg_close (l);
+    return;
+  }
   el->reachable = true;
-  el->status = meta_read_sb (l, &el->sb, err, sizeof err);
   if (el->status == META_CORRUPT)
-    nbdkit_error ("%s: %s", leg_name (l, err + 128, 128), err);
+    nbdkit_error ("%s: %s", name, err);
   if (el->status != META_OK)
     el->all_zero = reads_as_zero (l);
 }
@@ -467,7 +475,10 @@ union_of_logs (struct volume *v, uint16_t winners, uint32_t *out)
     enum meta_status st;
     if (!(winners & (1u << i)))
       continue;
-    st = meta_read_al (l, ext, &nr, &seq, err, sizeof err);
+    if (meta_read_al (l, ext, &nr, &seq, &st, err, sizeof err) == -1) {
+      nbdkit_error ("leg %zu: %s", i, err);
+      return -1;
+    }
     if (st != META_OK) {
       /* No valid log: every extent may hold a torn write. */
       nbdkit_error ("leg %zu: activity log unreadable (%s): recovering the "

@@ -324,7 +324,7 @@ refuse_reason (struct volume *v, bool repair, int repair_from, char *buf,
   }
   if (repair && repair_from < 0 && __builtin_popcount (up) == 2)
     return "with two legs there is no majority to repair from: "
-      "give repair-from=INDEX";
+      "name the leg to repair from";
   return NULL;
 }
 

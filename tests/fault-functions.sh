@@ -1,0 +1,109 @@
+# SPDX-License-Identifier: BSD-3-Clause
+#
+# tests/fault-functions.sh: helpers shared by the fault tests
+# (test-fault-*.sh), sourced after functions.sh with
+#
+#     source "$abs_top_srcdir/tests/fault-functions.sh"
+#
+# They keep the oracle's expected file in step with what the client wrote
+# (every write goes through the controller first and reaches the expected
+# file only once the controller acknowledged it), assert on the status
+# JSON in one snapshot, drive nbdkit's pause filter and time requests.
+# Like functions.sh they fail by returning non-zero, never by set -e.
+
+# now_us: print the wall clock in microseconds.
+now_us ()
+{
+  echo "${EPOCHREALTIME/./}"
+}
+
+# status_check CTL EXPR: fail (printing the status) unless the Python
+# expression EXPR is true, with s = the status JSON and leg(i) = the leg
+# whose index is i.
+status_check ()
+{
+  local json
+  json=$(nbdrep_status_json "$1") || return 1
+  python3 -c '
+import json, sys
+text, expr = sys.argv[1:]
+s = json.loads(text)
+def leg(i):
+    return next(l for l in s["legs"] if l["index"] == i)
+if not eval(expr):
+    for l in s["legs"]:
+        l.pop("latency", None)
+    sys.exit("status check failed: %s\n%s" % (expr, json.dumps(s, indent=1)))
+' "$json" "$2"
+}
+
+# new_expected FILE URI: create FILE, all zeroes, of the size URI exports.
+new_expected ()
+{
+  local size
+  size=$("$NBDINFO" --size "$2") || return 1
+  rm -f "$1"
+  truncate -s "$size" "$1"
+}
+
+# write_random URI EXPECTED OFFSET LENGTH: write LENGTH random bytes at
+# OFFSET through URI and flush; only once both succeeded, put the same
+# bytes into the file EXPECTED.  Fails if the client sees an error.
+write_random ()
+{
+  "$NBDSH" -u "$1" -c "
+import os
+buf = os.urandom($4)
+h.pwrite(buf, $3)
+h.flush()
+with open('$2', 'r+b') as f:
+    f.seek($3)
+    f.write(buf)
+"
+}
+
+# zero_range URI EXPECTED OFFSET LENGTH [trim]: write zeroes (or, with
+# trim, trim) over LENGTH bytes at OFFSET through URI and flush; then
+# zero the same range of EXPECTED.  Fails if the client sees an error.
+zero_range ()
+{
+  local op=zero
+  [ "${5:-}" != trim ] || op=trim
+  "$NBDSH" -u "$1" -c "
+h.$op($4, $3)
+h.flush()
+with open('$2', 'r+b') as f:
+    f.seek($3)
+    f.write(bytes($4))
+"
+}
+
+# _pause_command SOCKET CHAR: send CHAR to the pause filter's control
+# SOCKET and check that it answers CHAR in upper case.
+_pause_command ()
+{
+  python3 -c '
+import socket, sys
+path, cmd = sys.argv[1:]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(30)
+s.connect(path)
+s.sendall(cmd.encode())
+answer = s.recv(1).decode()
+if answer != cmd.upper():
+    sys.exit("pause filter at %s answered %r to %r" % (path, answer, cmd))
+' "$1" "$2"
+}
+
+# pause_replica SOCKET: pause the replica whose pause filter listens on
+# SOCKET (returns once requests already received have finished).
+pause_replica ()
+{
+  _pause_command "$1" p
+}
+
+# resume_replica SOCKET: resume the replica paused by pause_replica.
+resume_replica ()
+{
+  _pause_command "$1" r
+}
