@@ -81,15 +81,17 @@ struct leg_caps {
   uint32_t min_block, pref_block, max_block;   /* 0 = no information */
 };
 
-/* One libnbd handle and the thread that drives it. */
+struct poller;
+
+/* One libnbd handle, driven by the volume's poller (poller.c). */
 struct conn {
   struct leg *leg;
   struct nbd_handle *nbd;
-  int fd;                   /* the handle's socket */
-  int kick_fd;              /* eventfd waking the poller */
-  pthread_t poller;
-  bool poller_running;
-  _Atomic bool stop;
+  int fd;                   /* our duplicate of the handle's socket */
+  struct poller *poller;    /* NULL until attached */
+  uint32_t events;          /* epoll events registered (poller only) */
+  _Atomic bool want_write;  /* a worker left bytes to send */
+  _Atomic bool dead;        /* out of epoll: the connection died */
   _Atomic unsigned inflight;
 };
 
@@ -215,6 +217,7 @@ struct volume {
 
   struct rangelock *rl;
   struct al *al;                /* NULL when metadata=none */
+  struct poller *poller;        /* drives every connection */
 
   _Atomic unsigned rr_next;     /* round-robin reads */
   _Atomic bool stopping;
@@ -289,18 +292,23 @@ extern int select_read_leg (enum read_policy policy, uint16_t candidates,
 /* conn.c */
 extern struct conn *conn_connect (struct leg *leg, double timeout,
                                   char *err, size_t errlen);
-extern int conn_start (struct conn *c);
-extern void conn_stop (struct conn *c);
 extern void conn_shutdown (struct conn *c);
 extern void conn_close (struct conn *c);
+
+/* poller.c */
+extern struct poller *poller_new (void);
+extern void poller_free (struct poller *p);
+extern int poller_start (struct poller *p);
+extern void poller_stop (struct poller *p);
+extern int conn_attach (struct conn *c, struct poller *p);
+extern void conn_detach (struct conn *c);
 extern void conn_kick_if_needed (struct conn *c);
 
 /* leg.c */
 extern int leg_open (struct leg *l, double wait, char *err, size_t errlen);
 extern void leg_shutdown (struct leg *l);
 extern void leg_close (struct leg *l);
-extern int leg_start_pollers (struct leg *l);
-extern void leg_stop_pollers (struct leg *l);
+extern int leg_attach (struct leg *l);
 extern bool leg_enter (struct leg *l);
 extern void leg_leave (struct leg *l);
 extern struct conn *leg_pick_conn (struct leg *l);
@@ -316,6 +324,7 @@ extern void ioreq_submit (struct ioreq *r, struct leg *l,
 extern void ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
                              const struct leg_cmd *cmd);
 extern void ioreq_wait (struct ioreq *r);
+extern void ioreq_wake_deferred (void);
 extern void ioreq_wait_fua (struct ioreq *r);
 extern int ioreq_leg_error (const struct ioreq *r, unsigned li);
 extern void ioreq_destroy (struct ioreq *r);

@@ -138,11 +138,37 @@ count_request (struct leg *l, const struct leg_cmd *cmd)
   }
 }
 
+/* Wake-ups of issuers, deferred by completion callbacks until the
+ * thread that ran them has let go of the libnbd handle lock: a callback
+ * runs with that lock held, and a futex wake inside it would make every
+ * worker issuing on the same connection wait for it.  Whoever calls a
+ * libnbd function that can run callbacks (the pollers' notify calls,
+ * the workers' aio calls, which run them when a connection dies) calls
+ * ioreq_wake_deferred afterwards.
+ */
+#define MAX_DEFERRED 128
+static _Thread_local struct ioreq *deferred[MAX_DEFERRED];
+static _Thread_local unsigned nr_deferred;
+
+/* Post the semaphores of the requests completed by this thread's
+ * callbacks.
+ */
+void
+ioreq_wake_deferred (void)
+{
+  unsigned i, n = nr_deferred;
+
+  nr_deferred = 0;
+  for (i = 0; i < n; ++i)
+    sem_post (&deferred[i]->sem);
+}
+
 /* Record one leg's answer and count down; the last answer wakes the
- * issuer.  Nothing may touch r after the final decrement.
+ * issuer, at once or (from a callback) once the handle lock is let go.
+ * Nothing may touch r after the final decrement except that wake-up.
  */
 static void
-finish_leg (struct ioreq *r, unsigned leg, int err)
+finish_leg (struct ioreq *r, unsigned leg, int err, bool in_callback)
 {
   if (err != 0) {
     r->err[leg] = err;
@@ -150,7 +176,11 @@ finish_leg (struct ioreq *r, unsigned leg, int err)
                                memory_order_relaxed);
   }
   atomic_fetch_or (&r->done, 1u << leg);
-  if (atomic_fetch_sub (&r->pending, 1) == 1)
+  if (atomic_fetch_sub (&r->pending, 1) != 1)
+    return;
+  if (in_callback && nr_deferred < MAX_DEFERRED)
+    deferred[nr_deferred++] = r;
+  else
     sem_post (&r->sem);
 }
 
@@ -164,7 +194,7 @@ completion (void *user_data, int *error)
   count_latency (&l->stats, (now_ns () - s->start_ns) / 1000);
   atomic_fetch_sub (&s->conn->inflight, 1);
   atomic_fetch_sub (&l->inflight, 1);
-  finish_leg (r, s->leg, *error);
+  finish_leg (r, s->leg, *error, true);
   return 1;
 }
 
@@ -313,21 +343,21 @@ ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
   }
   if (cmd->op == OP_EXTENTS && !l->caps.can_extents) {
     int e = cmd->fn (cmd->fn_opaque, cmd->offset, cmd->count, 0);
-    finish_leg (r, li, e == -1 ? EIO : 0);
+    finish_leg (r, li, e == -1 ? EIO : 0, false);
     return;
   }
   if ((cmd->op == OP_ZERO && !l->caps.can_zero && zeroes () == NULL) ||
       (cmd->op == OP_FLUSH && !l->caps.can_flush) ||
       (cmd->op == OP_CACHE && !l->caps.can_cache)) {
-    finish_leg (r, li, cmd->op == OP_ZERO ? ENOMEM : 0);
+    finish_leg (r, li, cmd->op == OP_ZERO ? ENOMEM : 0, false);
     return;
   }
   if (l->local) {
-    finish_leg (r, li, run_local (l, cmd));
+    finish_leg (r, li, run_local (l, cmd), false);
     return;
   }
   if (c == NULL && !leg_enter (l)) {
-    finish_leg (r, li, ENOTCONN);
+    finish_leg (r, li, ENOTCONN, false);
     return;
   }
   if (c == NULL)
@@ -343,10 +373,11 @@ ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
     int e = issue_error (s->conn);
     atomic_fetch_sub (&s->conn->inflight, 1);
     atomic_fetch_sub (&l->inflight, 1);
-    finish_leg (r, li, e);
+    finish_leg (r, li, e, false);
   }
   else
     conn_kick_if_needed (s->conn);
+  ioreq_wake_deferred ();
   if (c == NULL)
     leg_leave (l);
 }

@@ -191,26 +191,17 @@ leg_open (struct leg *l, double wait, char *err, size_t errlen)
   return 0;
 }
 
-/* Start the pollers of every connection. */
+/* Hand every connection to the volume's poller. */
 int
-leg_start_pollers (struct leg *l)
+leg_attach (struct leg *l)
 {
   unsigned i;
 
   for (i = 0; i < l->nr_conns; ++i)
-    if (!l->conns[i]->poller_running && conn_start (l->conns[i]) == -1)
+    if (l->conns[i]->poller == NULL &&
+        conn_attach (l->conns[i], l->v->poller) == -1)
       return -1;
   return 0;
-}
-
-/* Stop (join) the pollers; the connections stay open. */
-void
-leg_stop_pollers (struct leg *l)
-{
-  unsigned i;
-
-  for (i = 0; i < l->nr_conns; ++i)
-    conn_stop (l->conns[i]);
 }
 
 /* Enter the issue window.  Returns false if the leg is closed. */

@@ -133,7 +133,7 @@ monitor_examine_leg (struct volume *v, struct leg *l, char *err, size_t len)
   enum verdict verdict;
 
   leg_close (l);
-  if (leg_open (l, 0, err, len) == -1 || leg_start_pollers (l) == -1 ||
+  if (leg_open (l, 0, err, len) == -1 || leg_attach (l) == -1 ||
       (v->metadata && meta_alloc_leg (v, l) == -1)) {
     leg_close (l);
     return V_UNREACHABLE;

@@ -365,7 +365,7 @@ open_conns (struct leg *l, struct conn **conns)
     return 0;
   for (i = 0; i < LANES; ++i) {
     conns[i] = conn_connect (l, l->v->cfg.timeout, err, sizeof err);
-    if (conns[i] == NULL || conn_start (conns[i]) == -1) {
+    if (conns[i] == NULL || conn_attach (conns[i], l->v->poller) == -1) {
       leg_set_error (l, "resync connection: %s", err);
       return -1;
     }

@@ -53,7 +53,7 @@ open_some_legs (struct volume *v)
       continue;
     }
     l->last_error[0] = '\0';
-    if (leg_start_pollers (l) == -1)
+    if (leg_attach (l) == -1)
       leg_close (l);
   }
 }
@@ -696,22 +696,17 @@ negotiate (struct volume *v)
   }
 }
 
-/* Stop the pollers (nbdkit may fork next). */
-static void
-stop_pollers (struct volume *v)
-{
-  size_t i;
-
-  for (i = 0; i < v->nr_legs; ++i)
-    leg_stop_pollers (&v->legs[i]);
-}
-
-/* Start the volume (see the design note).  No thread is left running. */
+/* Start the volume (see the design note).  No thread is left running:
+ * the poller runs only while this works.
+ */
 int
 engine_start (struct volume *v)
 {
   int r;
 
+  v->poller = poller_new ();
+  if (v->poller == NULL || poller_start (v->poller) == -1)
+    return -1;
   r = v->metadata ? start_with_metadata (v) : start_without_metadata (v);
   if (r == 0)
     r = volume_init_rangelock (v);
@@ -719,6 +714,6 @@ engine_start (struct volume *v)
     negotiate (v);
     v->started = true;
   }
-  stop_pollers (v);
+  poller_stop (v->poller);
   return r;
 }

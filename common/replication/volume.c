@@ -77,6 +77,7 @@ engine_free (struct volume *v)
     free (v->bm_seq[i]);
   }
   al_free (v->al);
+  poller_free (v->poller);
   if (v->rl)
     rangelock_free (v->rl);
   pthread_mutex_destroy (&v->lock);
@@ -153,12 +154,8 @@ volume_init_rangelock (struct volume *v)
 int
 engine_after_fork (struct volume *v)
 {
-  size_t i;
-
-  for (i = 0; i < v->nr_legs; ++i)
-    if (atomic_load (&v->legs[i].open) &&
-        leg_start_pollers (&v->legs[i]) == -1)
-      return -1;
+  if (poller_start (v->poller) == -1)
+    return -1;
   if (v->al && al_start (v->al) == -1)
     return -1;
   if (monitor_start (v) == -1)
@@ -205,6 +202,8 @@ engine_stop (struct volume *v)
     io_flush_legs (v, MB_WRITING (membership_load (v)), &err);
   for (i = 0; i < v->nr_legs; ++i)
     leg_close (&v->legs[i]);
+  if (v->poller)
+    poller_stop (v->poller);
   v->threads_running = false;
 }
 

@@ -1,0 +1,285 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The poller: one thread driving every libnbd connection of a volume.
+ *
+ * Workers issue commands straight from their own threads (libnbd sends
+ * at once when the connection is idle).  The poller waits, with epoll,
+ * for any connection to become readable, lets libnbd read the replies
+ * and run the completion callbacks, and then wakes the workers whose
+ * requests completed (ioreq_wake_deferred: after libnbd has let go of
+ * the handle lock).  One thread for all legs means that replies from
+ * several legs arriving together cost one wake-up of the poller, and
+ * more connections per leg cost no more threads.
+ *
+ * A connection is registered for EPOLLIN always, and for EPOLLOUT only
+ * while libnbd has bytes left to send.  A worker whose aio call left a
+ * partial send sets the connection's want_write flag and kicks the
+ * poller (an eventfd), which then adds EPOLLOUT; the poller removes it
+ * once libnbd no longer wants to write.  A dead connection is removed
+ * from epoll by the poller.
+ *
+ * Detaching a connection (before closing it) takes it out of epoll and
+ * then waits until the poller has finished the loop iteration it may
+ * be in, so the poller never touches a freed connection.
+ *
+ * The thread is stopped before nbdkit forks (threads do not survive a
+ * fork) and started again after; the epoll set and the connections in
+ * it carry over.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+
+#include <libnbd.h>
+
+#include "internal.h"
+#include "cleanup.h"
+
+#define MAX_EVENTS 64
+
+struct poller {
+  int epfd;
+  int kick_fd;
+  pthread_t thread;
+  _Atomic bool running;
+  _Atomic bool stop;
+  _Atomic uint64_t loops;       /* iterations completed */
+  pthread_mutex_t lock;         /* conns[] */
+  struct conn **conns;
+  size_t nr_conns, cap_conns;
+};
+
+/* Create a poller (no thread yet).  Returns NULL after nbdkit_error. */
+struct poller *
+poller_new (void)
+{
+  struct poller *p = calloc (1, sizeof *p);
+  struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+
+  if (p == NULL) {
+    nbdkit_error ("calloc: %m");
+    return NULL;
+  }
+  p->epfd = epoll_create1 (EPOLL_CLOEXEC);
+  p->kick_fd = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (p->epfd == -1 || p->kick_fd == -1 ||
+      epoll_ctl (p->epfd, EPOLL_CTL_ADD, p->kick_fd, &ev) == -1) {
+    nbdkit_error ("poller: %m");
+    poller_free (p);
+    return NULL;
+  }
+  pthread_mutex_init (&p->lock, NULL);
+  return p;
+}
+
+/* Free a poller whose thread is stopped and which has no connection. */
+void
+poller_free (struct poller *p)
+{
+  if (p == NULL)
+    return;
+  if (p->epfd >= 0)
+    close (p->epfd);
+  if (p->kick_fd >= 0)
+    close (p->kick_fd);
+  free (p->conns);
+  free (p);
+}
+
+/* Wake the poller. */
+static void
+kick (struct poller *p)
+{
+  uint64_t one = 1;
+
+  if (write (p->kick_fd, &one, sizeof one) == -1 && errno != EAGAIN)
+    nbdkit_debug ("poller kick: %m");
+}
+
+/* Register for what libnbd wants now (poller thread, or before the
+ * thread runs); take a dead connection out of epoll.
+ */
+static void
+update_events (struct poller *p, struct conn *c)
+{
+  struct epoll_event ev = { .data.ptr = c };
+  uint32_t want;
+
+  if (atomic_load (&c->dead))
+    return;
+  if (nbd_aio_is_dead (c->nbd) || nbd_aio_is_closed (c->nbd)) {
+    epoll_ctl (p->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    atomic_store (&c->dead, true);
+    return;
+  }
+  want = EPOLLIN;
+  if (nbd_aio_get_direction (c->nbd) & LIBNBD_AIO_DIRECTION_WRITE)
+    want |= EPOLLOUT;
+  if (want == c->events)
+    return;
+  ev.events = want;
+  if (epoll_ctl (p->epfd, EPOLL_CTL_MOD, c->fd, &ev) == 0)
+    c->events = want;
+}
+
+/* A kick: drain it and look at the connections workers flagged. */
+static void
+handle_kick (struct poller *p)
+{
+  uint64_t n;
+  size_t i;
+
+  if (read (p->kick_fd, &n, sizeof n) == -1 && errno != EAGAIN)
+    nbdkit_debug ("poller drain: %m");
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&p->lock);
+  for (i = 0; i < p->nr_conns; ++i)
+    if (atomic_exchange (&p->conns[i]->want_write, false))
+      update_events (p, p->conns[i]);
+}
+
+/* Let libnbd act on what the socket is ready for. */
+static void
+handle_conn (struct poller *p, struct conn *c, uint32_t events)
+{
+  if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+    nbd_aio_notify_read (c->nbd);
+  else if (events & EPOLLOUT)
+    nbd_aio_notify_write (c->nbd);
+  update_events (p, c);
+}
+
+/* The poller thread. */
+static void *
+poller_thread (void *arg)
+{
+  struct poller *p = arg;
+  struct epoll_event evs[MAX_EVENTS];
+
+  while (!atomic_load (&p->stop)) {
+    int n = epoll_wait (p->epfd, evs, MAX_EVENTS, -1), i;
+
+    if (n == -1 && errno != EINTR) {
+      nbdkit_error ("epoll_wait: %m");
+      break;
+    }
+    for (i = 0; i < n; ++i) {
+      if (evs[i].data.ptr == NULL)
+        handle_kick (p);
+      else
+        handle_conn (p, evs[i].data.ptr, evs[i].events);
+    }
+    ioreq_wake_deferred ();
+    atomic_fetch_add (&p->loops, 1);
+  }
+  return NULL;
+}
+
+/* Start the thread. */
+int
+poller_start (struct poller *p)
+{
+  int r;
+
+  if (p->running)
+    return 0;
+  atomic_store (&p->stop, false);
+  r = pthread_create (&p->thread, NULL, poller_thread, p);
+  if (r != 0) {
+    errno = r;
+    nbdkit_error ("pthread_create: %m");
+    return -1;
+  }
+  p->running = true;
+  return 0;
+}
+
+/* Stop and join the thread; the connections stay registered. */
+void
+poller_stop (struct poller *p)
+{
+  if (!p->running)
+    return;
+  atomic_store (&p->stop, true);
+  kick (p);
+  pthread_join (p->thread, NULL);
+  p->running = false;
+}
+
+/* Register a connection. */
+int
+conn_attach (struct conn *c, struct poller *p)
+{
+  struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&p->lock);
+
+  if (p->nr_conns == p->cap_conns) {
+    size_t cap = p->cap_conns ? p->cap_conns * 2 : 16;
+    struct conn **a = realloc (p->conns, cap * sizeof *a);
+    if (a == NULL) {
+      nbdkit_error ("realloc: %m");
+      return -1;
+    }
+    p->conns = a;
+    p->cap_conns = cap;
+  }
+  c->events = EPOLLIN;
+  c->poller = p;
+  if (epoll_ctl (p->epfd, EPOLL_CTL_ADD, c->fd, &ev) == -1) {
+    nbdkit_error ("epoll_ctl: %m");
+    c->poller = NULL;
+    return -1;
+  }
+  p->conns[p->nr_conns++] = c;
+  return 0;
+}
+
+/* Unregister a connection and wait until the poller cannot be using
+ * it any more.
+ */
+void
+conn_detach (struct conn *c)
+{
+  struct poller *p = c->poller;
+  uint64_t loops;
+  size_t i;
+
+  if (p == NULL)
+    return;
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&p->lock);
+    for (i = 0; i < p->nr_conns; ++i)
+      if (p->conns[i] == c) {
+        p->conns[i] = p->conns[--p->nr_conns];
+        break;
+      }
+    if (!atomic_load (&c->dead))
+      epoll_ctl (p->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+  }
+  c->poller = NULL;
+  if (!p->running)
+    return;
+  loops = atomic_load (&p->loops);
+  kick (p);
+  while (atomic_load (&p->loops) == loops && p->running)
+    sched_yield ();
+}
+
+/* After issuing a command: if libnbd is left with bytes to send, have
+ * the poller wait for the socket to be writable.
+ */
+void
+conn_kick_if_needed (struct conn *c)
+{
+  if (c->poller &&
+      (nbd_aio_get_direction (c->nbd) & LIBNBD_AIO_DIRECTION_WRITE)) {
+    atomic_store (&c->want_write, true);
+    kick (c->poller);
+  }
+}
+
