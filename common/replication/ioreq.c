@@ -417,6 +417,25 @@ time_out_legs (struct ioreq *r, uint32_t legs, double secs)
   }
 }
 
+/* Wait for the semaphore (posted by the last completion).  The
+ * acquire load of the countdown then orders everything every callback
+ * wrote before this thread reads it (and tells thread sanitizers so:
+ * sem_clockwait is not one of the calls they know).
+ */
+static int
+wait_posted (struct ioreq *r, const struct timespec *deadline)
+{
+  int ret;
+
+  do
+    ret = deadline ? sem_clockwait (&r->sem, CLOCK_MONOTONIC, deadline)
+                   : sem_wait (&r->sem);
+  while (ret == -1 && errno == EINTR);
+  if (ret == 0)
+    (void) atomic_load_explicit (&r->pending, memory_order_acquire);
+  return ret;
+}
+
 /* Wait until every leg has answered, timing out silent legs (see the
  * design note).  Returns when every callback has run.
  */
@@ -426,20 +445,15 @@ ioreq_wait (struct ioreq *r)
   double t = r->v->cfg.timeout;
   struct timespec deadline;
   bool extended = false;
+  uint32_t silent;
+  uint16_t up;
 
   if (atomic_fetch_sub (&r->pending, 1) == 1)
     return;
   clock_gettime (CLOCK_MONOTONIC, &deadline);
   add_seconds (&deadline, t);
 
-  for (;;) {
-    uint32_t silent;
-    uint16_t up;
-
-    if (sem_clockwait (&r->sem, CLOCK_MONOTONIC, &deadline) == 0)
-      return;
-    if (errno == EINTR)
-      continue;
+  while (wait_posted (r, &deadline) == -1) {
     silent = r->issued & ~atomic_load (&r->done);
     up = MB_UPTODATE (membership_load (r->v));
     if (silent != 0 && !extended && (up & silent) && !(up & ~silent)) {
@@ -449,8 +463,7 @@ ioreq_wait (struct ioreq *r)
     }
     if (silent != 0)
       time_out_legs (r, silent, extended ? 2 * t : t);
-    while (sem_wait (&r->sem) == -1 && errno == EINTR)
-      ;
+    wait_posted (r, NULL);
     return;
   }
 }
