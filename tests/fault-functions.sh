@@ -8,7 +8,7 @@
 # They keep the oracle's expected file in step with what the client wrote
 # (every write goes through the controller first and reaches the expected
 # file only once the controller acknowledged it), assert on the status
-# JSON in one snapshot, drive nbdkit's pause filter and time requests.
+# JSON in one snapshot, expect errors and drive nbdkit's pause filter.
 # Like functions.sh they fail by returning non-zero, never by set -e.
 
 # now_us: print the wall clock in microseconds.
@@ -26,15 +26,15 @@ status_check ()
   json=$(nbdrep_status_json "$1") || return 1
   python3 -c '
 import json, sys
-text, expr = sys.argv[1:]
-s = json.loads(text)
+s = json.load(sys.stdin)
 def leg(i):
     return next(l for l in s["legs"] if l["index"] == i)
-if not eval(expr):
+if not eval("(" + sys.argv[1] + ")"):
     for l in s["legs"]:
         l.pop("latency", None)
-    sys.exit("status check failed: %s\n%s" % (expr, json.dumps(s, indent=1)))
-' "$json" "$2"
+    sys.exit("status check failed: %s\n%s"
+             % (sys.argv[1], json.dumps(s, indent=1)))
+' "$2" <<<"$json"
 }
 
 # new_expected FILE URI: create FILE, all zeroes, of the size URI exports.
@@ -75,6 +75,25 @@ h.flush()
 with open('$2', 'r+b') as f:
     f.seek($3)
     f.write(bytes($4))
+"
+}
+
+# expect_error URI ERRNO STATEMENTS: run the Python STATEMENTS in nbdsh
+# with h connected to URI; fail unless they raise nbd.Error whose errno
+# is ERRNO (a name, e.g. EIO).
+expect_error ()
+{
+  "$NBDSH" -u "$1" -c "
+import errno
+statement = \"\"\"$3\"\"\"
+try:
+    exec(statement)
+except nbd.Error as e:
+    name = e.errno if isinstance(e.errno, str) else errno.errorcode.get(e.errno)
+    if name != '$2':
+        raise AssertionError('expected $2 from %s; got: %s' % (statement, e))
+else:
+    raise AssertionError('expected $2 from %s; it succeeded' % statement)
 "
 }
 

@@ -217,10 +217,11 @@ compare_u32 (const void *a, const void *b)
 }
 
 /* Write the sorted list (nr extents) to legs with FUA.  Returns the
- * legs that failed.  Only the holder of the committer role.
+ * legs that failed, their errors in errs.  Only the holder of the
+ * committer role.
  */
 static uint16_t
-write_log (struct al *al, uint16_t legs, uint32_t nr)
+write_log (struct al *al, uint16_t legs, uint32_t nr, int *errs)
 {
   struct volume *v = al->v;
   struct ioreq r;
@@ -243,23 +244,26 @@ write_log (struct al *al, uint16_t legs, uint32_t nr)
     ioreq_submit (&r, l, &cmd);
   }
   ioreq_wait_fua (&r);
-  for (i = 0; i < v->nr_legs; ++i)
-    if ((legs & (1u << i)) && ioreq_leg_error (&r, i) != 0)
+  for (i = 0; i < v->nr_legs; ++i) {
+    errs[i] = (legs & (1u << i)) ? ioreq_leg_error (&r, i) : 0;
+    if (errs[i] != 0)
       failed |= 1u << i;
+  }
   ioreq_destroy (&r);
   atomic_fetch_add (&al->commits, 1);
   return failed;
 }
 
-/* Fail the legs a metadata write could not reach. */
+/* Fail the legs the activity log could not be written to. */
 static void
-fail_legs (struct volume *v, uint16_t legs, const char *what)
+fail_legs (struct volume *v, uint16_t legs, const int *errs)
 {
   unsigned i;
 
   for (i = 0; i < v->nr_legs; ++i)
     if (legs & (1u << i))
-      volume_fail_leg (v, &v->legs[i], "%s write failed", what);
+      volume_fail_leg (v, &v->legs[i], "activity log write failed: %s",
+                       strerror (errs[i]));
 }
 
 /* Take the committer role, waiting for it.  Lock held. */
@@ -278,7 +282,8 @@ take_role (struct al *al)
 static void
 commit_locked (struct al *al, uint16_t legs)
 {
-  uint32_t nr = al->nr_list, nr_pending = 0, i;
+  uint32_t nr, nr_pending = 0, i;
+  int errs[MAX_LEGS];
   uint16_t failed;
 
   take_role (al);
@@ -292,8 +297,8 @@ commit_locked (struct al *al, uint16_t legs)
   pthread_mutex_unlock (&al->lock);
   if (legs == 0)
     legs = MB_WRITING (membership_load (al->v));
-  failed = write_log (al, legs, nr);
-  fail_legs (al->v, failed, "activity log");
+  failed = write_log (al, legs, nr, errs);
+  fail_legs (al->v, failed, errs);
   pthread_mutex_lock (&al->lock);
 
   for (i = 0; i < nr_pending; ++i) {
@@ -358,6 +363,7 @@ al_or_hot_into (struct al *al, struct bitmap *b)
 uint16_t
 al_write_to (struct al *al, uint16_t legs)
 {
+  int errs[MAX_LEGS];
   uint16_t failed;
   uint32_t nr;
 
@@ -368,7 +374,7 @@ al_write_to (struct al *al, uint16_t legs)
   qsort (al->sorted, nr, sizeof *al->sorted, compare_u32);
   pthread_mutex_unlock (&al->lock);
 
-  failed = write_log (al, legs, nr);
+  failed = write_log (al, legs, nr, errs);
 
   pthread_mutex_lock (&al->lock);
   al->committing = false;

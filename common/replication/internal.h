@@ -116,7 +116,8 @@ struct leg_stats {
 struct resync_summary {
   bool valid;
   bool full;
-  uint64_t bytes;
+  uint64_t bytes;           /* data read and written */
+  uint64_t zeroed;          /* written as zeroes (holes, zero extents) */
   double seconds;
 };
 

@@ -81,7 +81,7 @@
 enum key {
   KEY_REPLICA, KEY_CONNECTIONS, KEY_QUORUM, KEY_READ, KEY_TIMEOUT,
   KEY_CONTROL, KEY_CHUNK, KEY_MAX_LEGS, KEY_AL_EXTENT, KEY_AL_EXTENTS,
-  KEY_RESYNC_RATE, KEY_RESYNC_MIN_RATE, KEY_INIT, KEY_WAIT, KEY_FORCE,
+  KEY_RESYNC_RATE, KEY_RESYNC_MIN_RATE, KEY_VERIFY_RATE, KEY_INIT, KEY_WAIT, KEY_FORCE,
   KEY_PREFER, KEY_METADATA, KEY_UBLK, KEY_UBLK_QUEUES, KEY_UBLK_DEPTH,
   NR_KEYS
 };
@@ -101,6 +101,7 @@ static const char *const key_names[NR_KEYS] = {
   [KEY_AL_EXTENTS] = "al-extents",
   [KEY_RESYNC_RATE] = "resync-rate",
   [KEY_RESYNC_MIN_RATE] = "resync-min-rate",
+  [KEY_VERIFY_RATE] = "verify-rate",
   [KEY_INIT] = "init",
   [KEY_WAIT] = "wait",
   [KEY_FORCE] = "force",
@@ -532,6 +533,7 @@ set_quorum (struct config *c, const char *key, const char *value,
 {
   uint64_t n;
 
+  c->quorum_given = true;
   if (strcmp (value, "majority") == 0) {
     c->quorum_majority = true;
     c->quorum = 0;
@@ -994,6 +996,8 @@ set_key (struct config *c, enum key k, const char *key, const char *value,
     return set_size (key, value, &c->resync_rate, err, errlen);
   case KEY_RESYNC_MIN_RATE:
     return set_size (key, value, &c->resync_min_rate, err, errlen);
+  case KEY_VERIFY_RATE:
+    return set_size (key, value, &c->verify_rate, err, errlen);
   case KEY_INIT:
     i = parse_choice (key, value, init_names, INIT_COPY,
                       ARRAY_SIZE (init_names), err, errlen);
@@ -1044,6 +1048,7 @@ config_init (struct config *c, bool local_leg0)
   c->al_extents = 1024;
   c->resync_rate = 0;
   c->resync_min_rate = 4 * 1024 * 1024;
+  c->verify_rate = 64 * 1024 * 1024;
   c->init = INIT_NONE;
   c->wait = 10;
   c->force = false;

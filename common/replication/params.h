@@ -30,6 +30,7 @@ struct config {
   unsigned connections;         /* libnbd handles per NBD leg */
   unsigned quorum;              /* 0 = majority, resolved by config_check */
   bool quorum_majority;
+  bool quorum_given;            /* quorum= was on the command line */
   enum read_policy read;
   double timeout;               /* seconds */
   const char *control;          /* control socket path or NULL */
@@ -40,6 +41,7 @@ struct config {
   unsigned al_extents;          /* activity-log capacity (extents) */
   uint64_t resync_rate;         /* bytes/s, 0 = unlimited */
   uint64_t resync_min_rate;     /* bytes/s kept under client load */
+  uint64_t verify_rate;         /* bytes/s a verify reads at most */
 
   enum init_mode init;
   double wait;                  /* seconds to wait for legs at start */
@@ -105,6 +107,7 @@ extern const char *init_mode_name (enum init_mode m);
   "al-extents=N               Activity-log capacity (default 1024).\n" \
   "resync-rate=SIZE           Resync bandwidth cap per second (default none).\n" \
   "resync-min-rate=SIZE       Resync floor under client load (default 4M).\n" \
+  "verify-rate=SIZE           Verify pace cap per second (default 64M).\n" \
   "init=copy|zero|assume-clean  How to create a volume over legs holding data.\n" \
   "wait=SECS                  How long to wait for legs at start (default 10).\n" \
   "force=BOOL                 Start without enough members of the newest generation.\n" \

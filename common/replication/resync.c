@@ -85,7 +85,7 @@ struct resync {
   struct conn *src_conns[LANES], *dst_conns[LANES];
 
   uint64_t start_ns;
-  _Atomic uint64_t done_bytes, copied_bytes, total_bytes;
+  _Atomic uint64_t done_bytes, copied_bytes, zeroed_bytes, total_bytes;
 };
 
 /* Chunks per run. */
@@ -264,6 +264,7 @@ copy_run (struct resync *rs, unsigned lane, const struct run *run,
   }
   rangelock_unlock (v->rl, &hold);
   atomic_fetch_add (&rs->copied_bytes, cr.data);
+  atomic_fetch_add (&rs->zeroed_bytes, cr.zero);
   if (r == 0)
     return 0;
   if (cr.failed == 0) {
@@ -554,6 +555,19 @@ finish (struct resync *rs)
   return r;
 }
 
+/* Bytes of volume under the set bits (the last chunk may be short). */
+static uint64_t
+bytes_to_copy (struct resync *rs)
+{
+  struct volume *v = rs->v;
+  uint64_t n = bitmap_count (rs->bm) * (uint64_t) v->cfg.chunk;
+  uint64_t last = rs->bm->nr_bits - 1;
+
+  if (bitmap_test (rs->bm, last))
+    n -= (last + 1) * v->cfg.chunk - v->size;
+  return n;
+}
+
 /* Remember how the resync went, for status. */
 static void
 record_summary (struct resync *rs)
@@ -564,6 +578,7 @@ record_summary (struct resync *rs)
   l->last_resync.valid = true;
   l->last_resync.full = rs->full;
   l->last_resync.bytes = atomic_load (&rs->copied_bytes);
+  l->last_resync.zeroed = atomic_load (&rs->zeroed_bytes);
   l->last_resync.seconds = (double) (now_ns () - rs->start_ns) / 1e9;
 }
 
@@ -603,8 +618,7 @@ resync_thread (void *arg)
       prepare_target (rs) == -1)
     goto done;
   start_receiving_writes (rs);
-  atomic_store (&rs->total_bytes,
-                bitmap_count (rs->bm) * (uint64_t) v->cfg.chunk);
+  atomic_store (&rs->total_bytes, bytes_to_copy (rs));
   if (v->al && al_write_to (v->al, 1u << rs->target->index) != 0) {
     volume_fail_leg (v, rs->target, "activity log write failed");
     goto done;

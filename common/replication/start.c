@@ -398,6 +398,11 @@ adopt_volume (struct volume *v, const struct elect_input *in,
       alloc_leg_buffers (v) == -1)
     return -1;
   v->sb = in->legs[res->reference].sb;
+  if (v->cfg.quorum_given && v->cfg.quorum != v->sb.quorum) {
+    nbdkit_debug ("quorum changed from %" PRIu32 " to %u (recorded with "
+                  "the new generation)", v->sb.quorum, v->cfg.quorum);
+    v->sb.quorum = v->cfg.quorum;
+  }
   v->quorum = v->sb.quorum;
   for (i = 0; i < v->nr_legs; ++i) {
     struct leg *l = &v->legs[i];

@@ -69,9 +69,10 @@ last_resync_json (const struct leg *l)
 {
   if (!l->last_resync.valid)
     return json_null ();
-  return json_pack ("{s:s, s:I, s:f}",
+  return json_pack ("{s:s, s:I, s:I, s:f}",
                     "kind", l->last_resync.full ? "full" : "incremental",
                     "bytes", (json_int_t) l->last_resync.bytes,
+                    "zeroed", (json_int_t) l->last_resync.zeroed,
                     "seconds", l->last_resync.seconds);
 }
 

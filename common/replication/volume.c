@@ -28,11 +28,6 @@
 
 const char *engine_config_help = CONFIG_HELP;
 
-/* Verify's default pace: bounded, so a verify does not starve clients
- * (nbdrep set verify-rate, or verify --rate, change it).
- */
-#define DEFAULT_VERIFY_RATE (64 * 1024 * 1024)
-
 /* Granules of the range lock: many buckets keep unrelated writes apart. */
 #define RANGELOCK_BUCKETS 1024
 
@@ -116,7 +111,7 @@ engine_config_complete (struct volume *v)
   v->quorum = v->cfg.quorum;
   atomic_store (&v->resync_rate, v->cfg.resync_rate);
   atomic_store (&v->resync_min_rate, v->cfg.resync_min_rate);
-  atomic_store (&v->verify_rate, DEFAULT_VERIFY_RATE);
+  atomic_store (&v->verify_rate, v->cfg.verify_rate);
   for (i = 0; i < v->nr_legs; ++i) {
     struct leg *l = &v->legs[i];
     l->v = v;
