@@ -59,6 +59,22 @@ now ()
   echo "$EPOCHREALTIME"
 }
 
+# elapsed T0: print the seconds since T0 (from now), to 0.1 s.
+elapsed ()
+{
+  awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'
+}
+
+# timed NAME CMD...: run CMD and add "NAME=SECONDS" to $times.
+timed ()
+{
+  local name=$1 t
+  shift
+  t=$(now)
+  "$@"
+  times+=" $name=$(elapsed "$t")"
+}
+
 # corpus DEST [MAX_FILES [MAX_BYTES]]: build the corpus (see the header).
 corpus ()
 {
@@ -332,12 +348,13 @@ run ()
   mkdir -p "$state"
   : >"$state/progress"
   t0=$(now)
-  phase_copy
-  phase_rename
-  phase_delete
-  phase_fsync
-  phase_git
-  sync -f "$dir"
+  times=
+  timed copy phase_copy
+  timed rename phase_rename
+  timed delete phase_delete
+  timed fsync phase_fsync
+  timed git phase_git
+  timed sync sync -f "$dir"
   snapshot "$dir" "$state/snap"
   mv "$state/snap.manifest" "$state/manifest"
   mv "$state/snap.dirs" "$state/dirs"
@@ -351,7 +368,8 @@ run ()
        "corpus_files=$(wc -l <"$corpus/SHA256SUMS") renamed=$renamed" \
        "deleted=$deleted fsyncs=$fsyncs git_commits=$commits" \
        "git_objects=$objects git_pack_bytes=$pack" \
-       "seconds=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')"
+       "seconds=$(elapsed "$t0")"
+  echo "WORKLOAD-SECONDS$times"
 }
 
 # verify DIR STATE: recheck everything `run` recorded (see the header).
