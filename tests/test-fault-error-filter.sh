@@ -4,19 +4,16 @@
 # Legs that return errors (nbdkit's error filter in front of stock
 # replicas): a write that fails on one of three legs with EIO, then in a
 # second round with ENOSPC, is acknowledged without error, fails that
-# leg (last_error names the write), and once the errors stop the leg
-# comes back by an incremental resync.  The last uptodate leg is not
-# failed for a read error: the client gets EIO.  An EINVAL returned
-# alike by every leg goes to the client and fails no leg.  A write every
-# leg fails with EIO at once gets EIO, and once the errors stop the
-# volume serves again.  After each part the oracle: every leg equals
-# what the client wrote.
+# leg (last_error names the write and the error), and once the errors
+# stop the leg comes back by an incremental resync.  The last uptodate
+# leg is not failed for a read error: the client gets EIO.  An EINVAL
+# returned alike by every leg goes to the client and fails no leg.  A
+# write every leg fails with EIO at once gets EIO, and once the errors
+# stop the volume serves again.  After each part the oracle: every leg
+# equals what the client wrote.
 
 source ./functions.sh
 set -euo pipefail
-# functions.sh reads unset associative-array members in its cleanup
-# hooks, which set -u would abort.
-set +u
 set -x
 source "$abs_top_srcdir/tests/fault-functions.sh"
 
@@ -46,8 +43,9 @@ compare_legs "$expected" "$r0_uri" "$r1_uri" "$r2_uri"
 # that write, write more while it is away, let it come back and check
 # that it resynced incrementally and that all legs hold the data.  The
 # write goes to an extent never written, so the leg's first failing
-# write is the activity log's ("activity log write failed"); a write to
-# a hot extent fails it as "write failed: STRERROR".  Either is accepted.
+# write is the activity log's ("activity log write failed: STRERROR"); a
+# write to a hot extent fails it as "write failed: STRERROR".  Either is
+# accepted.
 fail_one_leg ()
 {
   local i=$1 errfile=$2 strerror=$3 off=$4
@@ -58,7 +56,7 @@ fail_one_leg ()
   write_random "$c_uri" "$expected" "$off" 262144
   status_check "$ctl" "leg($i)['state'] == 'failed' and
     leg($i)['last_error'] in ('write failed: $strerror',
-                              'activity log write failed') and
+                              'activity log write failed: $strerror') and
     leg($i)['errors'] > $errors_before and
     s['volume']['state'] == 'degraded' and s['volume']['uptodate'] == 2"
   # More writes while the leg is away: they must reach it by resync.

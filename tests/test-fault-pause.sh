@@ -15,9 +15,6 @@
 
 source ./functions.sh
 set -euo pipefail
-# functions.sh reads unset associative-array members in its cleanup
-# hooks, which set -u would abort.
-set +u
 set -x
 source "$abs_top_srcdir/tests/fault-functions.sh"
 
@@ -62,9 +59,8 @@ us=$(timed_write "$c_uri" "$expected" 20971520 131072)
 echo "write with leg 1 paused took $us us"
 test "$us" -ge 2000000
 test "$us" -lt 6000000
-# Why leg 1 failed; checked at the end, after the recovery.
-why1=$(nbdrep_status_get "$ctl" "s['legs'][1]['last_error']")
 status_check "$ctl" "leg(1)['state'] == 'failed' and
+  'timed out' in leg(1)['last_error'] and
   s['volume']['state'] == 'degraded' and s['volume']['uptodate'] == 2"
 # While leg 1 is away the others go on without waiting for it.
 us=$(timed_write "$c_uri" "$expected" 16777216 1048576)
@@ -129,11 +125,3 @@ restart_replica 3
 wait_leg_state 30 "$ctl2" 0 uptodate
 wait_volume_state 30 "$ctl2" healthy
 compare_legs "$expected2" "$r3_uri" "$r4_uri"
-
-# --- Leg 1 of part 1 was failed because it timed out, and says so.
-case $why1 in
-  *'timed out'*) ;;
-  *) echo "$0: the paused leg was failed with last_error '$why1'," \
-       "which does not say that it timed out"
-     exit 1 ;;
-esac

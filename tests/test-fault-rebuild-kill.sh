@@ -11,9 +11,6 @@
 
 source ./functions.sh
 set -euo pipefail
-# functions.sh reads unset associative-array members in its cleanup
-# hooks, which set -u would abort.
-set +u
 set -x
 source "$abs_top_srcdir/tests/fault-functions.sh"
 

@@ -14,9 +14,7 @@
 # again, and the maps and the data must be as before.
 
 source ./functions.sh
-# Not -u: functions.sh's cleanup hooks read unset associative-array
-# members.
-set -eo pipefail
+set -euo pipefail
 set -x
 
 requires_nbdinfo

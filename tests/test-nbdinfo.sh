@@ -14,9 +14,7 @@
 # DESIGN.md section 10.
 
 source ./functions.sh
-# Not -u: functions.sh's cleanup hooks read unset associative-array
-# members.
-set -eo pipefail
+set -euo pipefail
 set -x
 
 requires_nbdinfo

@@ -15,12 +15,11 @@
 # volume is healthy with no leg error.
 
 source ./functions.sh
-# Not -u: functions.sh's cleanup hooks read unset associative-array
-# members.
-set -eo pipefail
+set -euo pipefail
 set -x
 
 requires_plugin memory
+requires_nbdinfo
 requires python3 -c 'import nbd'
 
 KIB=1024
@@ -75,12 +74,17 @@ regions=(0 $(( 64 * KIB - 32 * KIB )) $(( 4 * MIB - 20 * KIB ))
 seed=${SEED:-$RANDOM}
 echo "$0: seed $seed"
 
+# more_rounds: go on until at least 20 rounds and 15 s are done, but
+# stop after 40 s (a loaded machine); sets elapsed.
+more_rounds ()
+{
+  elapsed=$(( (${EPOCHREALTIME/./} - ${start/./}) / 1000000 ))
+  [ "$elapsed" -lt 40 ] && { [ "$round" -lt 20 ] || [ "$elapsed" -lt 15 ]; }
+}
+
 start=$EPOCHREALTIME
 round=0
-while :; do
-  elapsed=$(( (${EPOCHREALTIME/./} - ${start/./}) / 1000000 ))
-  { [ "$round" -lt 20 ] || [ "$elapsed" -lt 15 ]; } && [ "$elapsed" -lt 40 ] ||
-    break
+while more_rounds; do
   region=${regions[round % ${#regions[@]}]}
   pids=()
   for client in 0 1 2 3; do

@@ -5,7 +5,8 @@
  *
  * 1. Legs with a valid superblock must all belong to one volume: a
  *    leg of another volume is refused by name, even with force (it is
- *    never written to).
+ *    never written to).  Two legs with the same leg UUID are the same
+ *    storage reached by two URIs: refused, naming both.
  * 2. No valid superblock anywhere: a new volume.  Every leg must be
  *    reachable (an unreachable one may hold metadata: wait for it).  It
  *    is created only if every leg reads as zeroes, or with init=copy
@@ -129,6 +130,26 @@ check_one_volume (const struct elect_input *in, struct elect_result *out)
   note (out, " in another (%s ...); a leg of another volume is never "
         "written to: remove it from the command line or wipe it", b);
   return -2;
+}
+
+/* Rule 1, second half: no leg twice.  Returns -1 after refusing. */
+static int
+check_distinct_legs (const struct elect_input *in, struct elect_result *out)
+{
+  char u[37];
+  size_t i, j;
+
+  for (i = 0; i < in->nr_legs; ++i)
+    for (j = i + 1; j < in->nr_legs; ++j)
+      if (valid (in, i) && valid (in, j) &&
+          memcmp (in->legs[i].sb.leg_uuid, in->legs[j].sb.leg_uuid, 16) == 0) {
+        uuid_format (in->legs[i].sb.leg_uuid, u);
+        decide (out, ELECT_REFUSE, "leg %zu and leg %zu are the same leg "
+                "(leg uuid %s): one storage reached by two URIs counts "
+                "once; remove one of them", i, j, u);
+        return -1;
+      }
+  return 0;
 }
 
 /* Rule 2: a new volume. */
@@ -431,7 +452,7 @@ elect (const struct elect_input *in, struct elect_result *out)
   memset (out, 0, sizeof *out);
   out->reference = -1;
   first = check_one_volume (in, out);
-  if (first == -2)
+  if (first == -2 || check_distinct_legs (in, out) == -1)
     return;
   if (first == -1) {
     elect_new (in, out);

@@ -265,15 +265,16 @@ static int
 choose_read_leg (struct volume *v, uint16_t candidates)
 {
   unsigned inflight[MAX_LEGS];
-  unsigned rr = atomic_fetch_add_explicit (&v->rr_next, 1,
-                                           memory_order_relaxed);
+  unsigned rr = atomic_load_explicit (&v->rr_next, memory_order_relaxed);
   size_t i;
+  int li;
 
   for (i = 0; i < v->nr_legs; ++i)
     inflight[i] = atomic_load_explicit (&v->legs[i].inflight,
                                         memory_order_relaxed);
-  return select_read_leg (v->cfg.read, candidates, inflight, v->nr_legs,
-                          &rr);
+  li = select_read_leg (v->cfg.read, candidates, inflight, v->nr_legs, &rr);
+  atomic_store_explicit (&v->rr_next, rr, memory_order_relaxed);
+  return li;
 }
 
 /* Send a read-like command (read, extents) to one uptodate leg after

@@ -43,6 +43,27 @@ leg_back_off_locked (struct leg *l)
 }
 
 
+/* Is this leg's storage that of another present leg (its superblock
+ * carries that leg's UUID)?  Then why says so.
+ */
+static bool
+same_storage_as (struct volume *v, struct leg *l, const uint8_t *uuid,
+                 char *why, size_t len)
+{
+  size_t i;
+
+  for (i = 0; i < v->nr_legs; ++i) {
+    struct leg *o = &v->legs[i];
+    if (o != l && atomic_load (&o->state) != LEG_REMOVED &&
+        !uuid_is_zero (o->uuid) && memcmp (o->uuid, uuid, 16) == 0) {
+      snprintf (why, len, "is the same storage as leg %zu (its superblock "
+                "carries that leg's UUID): never written to", i);
+      return true;
+    }
+  }
+  return false;
+}
+
 /* Judge a reconnected leg by its superblock; why gets the reason for a
  * refusal.
  */
@@ -72,6 +93,8 @@ judge_returning_leg (struct volume *v, struct leg *l, char *why, size_t len)
               "never written to", a, b);
     return V_REFUSE;
   }
+  if (same_storage_as (v, l, sb.leg_uuid, why, len))
+    return V_REFUSE;
   l->sb_seq = sb.seq;
   l->gen = sb.gen;
   l->inconsistent = (sb.flags & SB_INCONSISTENT) != 0;

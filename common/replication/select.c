@@ -2,7 +2,8 @@
 /* Which uptodate leg serves a read (pure, unit tested).
  *
  * read=first: the lowest index (with the filter, the local leg).
- * read=round-robin: the next candidate after the previous choice.
+ * read=round-robin: the next candidate after the previous choice (a
+ * leg that is out does not hand its turn to its neighbour).
  * read=least-busy: the fewest requests in flight; ties are broken by
  * rotating the starting point, so an idle volume at queue depth 1
  * still spreads its reads over every leg.
@@ -28,8 +29,8 @@ next_candidate (uint16_t candidates, size_t nr_legs, unsigned start)
 
 /* Choose a leg among candidates (a mask of leg indexes below
  * nr_legs), given each leg's requests in flight.  *rr_next is the
- * rotating position, advanced on every call.  Returns -1 if there is
- * no candidate.
+ * rotating position: after the chosen leg for round-robin, one further
+ * for least-busy.  Returns -1 if there is no candidate.
  */
 int
 select_read_leg (enum read_policy policy, uint16_t candidates,
@@ -45,9 +46,13 @@ select_read_leg (enum read_policy policy, uint16_t candidates,
   if (policy == READ_FIRST)
     return __builtin_ctz (candidates);
 
-  start = (*rr_next)++;
-  if (policy == READ_ROUND_ROBIN)
-    return next_candidate (candidates, nr_legs, start);
+  start = *rr_next % nr_legs;
+  if (policy == READ_ROUND_ROBIN) {
+    best = next_candidate (candidates, nr_legs, start);
+    *rr_next = (unsigned) best + 1;
+    return best;
+  }
+  (*rr_next)++;
 
   for (i = 0; i < nr_legs; ++i) {
     unsigned leg = (start + i) % nr_legs;

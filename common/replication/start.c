@@ -87,6 +87,20 @@ name_unreachable (struct volume *v, uint16_t missing, char *buf, size_t len)
                                  v->legs[i].last_error);
 }
 
+/* Name every leg ("leg 0 (URI), leg 1 (URI)"), for errors. */
+static void
+name_legs (struct volume *v, char *buf, size_t len)
+{
+  size_t i, used = 0;
+  char name[160];
+
+  buf[0] = '\0';
+  for (i = 0; i < v->nr_legs && used < len; ++i)
+    used += (size_t) snprintf (buf + used, len - used, "%s%s",
+                               i ? ", " : "",
+                               leg_name (&v->legs[i], name, sizeof name));
+}
+
 /* Sleep a little between attempts to reach missing legs. */
 static void
 short_sleep (void)
@@ -183,11 +197,13 @@ open_and_elect (struct volume *v, struct elect_input *in,
     short_sleep ();
   }
   if (res->outcome == ELECT_REFUSE) {
-    char why[1024];
+    char why[1024], legend[1024];
     name_unreachable (v, (uint16_t) ~seen & ((1u << v->nr_legs) - 1),
                       why, sizeof why);
-    nbdkit_error ("cannot start the volume: %s%s%s", res->message,
-                  why[0] ? ".  Unreachable: " : "", why);
+    name_legs (v, legend, sizeof legend);
+    nbdkit_error ("cannot start the volume: %s%s%s.  The legs: %s",
+                  res->message, why[0] ? ".  Unreachable: " : "", why,
+                  legend);
     return -1;
   }
   if (res->message[0])
@@ -218,15 +234,16 @@ check_leg_sizes (struct volume *v, uint64_t needed)
 }
 
 /* The smallest open leg. */
-static uint64_t
+static struct leg *
 smallest_leg (struct volume *v)
 {
-  uint64_t min = UINT64_MAX;
+  struct leg *min = NULL;
   size_t i;
 
   for (i = 0; i < v->nr_legs; ++i)
-    if (atomic_load (&v->legs[i].open) && v->legs[i].caps.size < min)
-      min = v->legs[i].caps.size;
+    if (atomic_load (&v->legs[i].open) &&
+        (min == NULL || v->legs[i].caps.size < min->caps.size))
+      min = &v->legs[i];
   return min;
 }
 
@@ -250,12 +267,15 @@ set_geometry (struct volume *v, const struct superblock *ref)
     v->size = ref->volume_size;
   }
   else {
-    uint64_t min = smallest_leg (v);
-    v->size = md_max_volume_size (min, v->cfg.chunk, v->cfg.max_legs,
-                                  v->cfg.al_extent, v->cfg.al_extents);
+    struct leg *min = smallest_leg (v);
+    v->size = md_max_volume_size (min->caps.size, v->cfg.chunk,
+                                  v->cfg.max_legs, v->cfg.al_extent,
+                                  v->cfg.al_extents);
     if (v->size == 0) {
-      nbdkit_error ("the smallest leg (%" PRIu64 " bytes) is too small to "
-                    "hold the metadata", min);
+      nbdkit_error ("%s is too small (%" PRIu64 " bytes) to hold the "
+                    "metadata (chunk=%" PRIu32 ", max-legs=%u, al-extents=%u)",
+                    leg_name (min, err, sizeof err), min->caps.size,
+                    v->cfg.chunk, v->cfg.max_legs, v->cfg.al_extents);
       return -1;
     }
   }
@@ -602,6 +622,43 @@ alloc_leg_bitmaps (struct volume *v)
   return 0;
 }
 
+/* Read back every uptodate leg's superblock: each must carry its own
+ * leg's UUID.  Two URIs reaching one storage show up here (each wrote
+ * its own superblock, the last write won), also on a new volume.
+ */
+static int
+check_identities (struct volume *v, uint16_t legs)
+{
+  struct superblock sb;
+  enum meta_status st;
+  char err[256], a[160], b[160];
+  size_t i, j;
+
+  for (i = 0; i < v->nr_legs; ++i) {
+    struct leg *l = &v->legs[i];
+    if (!(legs & (1u << i)))
+      continue;
+    if (meta_read_sb (l, &sb, &st, err, sizeof err) == -1 || st != META_OK) {
+      nbdkit_error ("%s: cannot read back its superblock: %s",
+                    leg_name (l, a, sizeof a), err);
+      return -1;
+    }
+    if (memcmp (sb.leg_uuid, l->uuid, 16) == 0)
+      continue;
+    for (j = 0; j < v->nr_legs; ++j)
+      if (j != i && memcmp (sb.leg_uuid, v->legs[j].uuid, 16) == 0) {
+        nbdkit_error ("%s and %s are the same storage reached by two URIs: "
+                      "remove one of them", leg_name (l, a, sizeof a),
+                      leg_name (&v->legs[j], b, sizeof b));
+        return -1;
+      }
+    nbdkit_error ("%s: its superblock changed under us", leg_name (l, a,
+                                                                  sizeof a));
+    return -1;
+  }
+  return 0;
+}
+
 /* Start with metadata=internal. */
 static int
 start_with_metadata (struct volume *v)
@@ -640,6 +697,8 @@ start_with_metadata (struct volume *v)
       return -1;
     }
   }
+  if (check_identities (v, winners) == -1)
+    return -1;
   nbdkit_debug ("volume %s generation %" PRIu64, res.outcome == ELECT_CREATE
                 ? "created at" : "started at", v->sb.gen.counter);
   return 0;
@@ -666,7 +725,7 @@ start_without_metadata (struct volume *v)
                   v->cfg.wait, why);
     return -1;
   }
-  v->size = smallest_leg (v) & ~(uint64_t) 4095;
+  v->size = smallest_leg (v)->caps.size & ~(uint64_t) 4095;
   for (i = 0; i < v->nr_legs; ++i) {
     v->legs[i].slot = (int) i;
     v->legs[i].state = i == 0 ? LEG_UPTODATE : LEG_STALE;

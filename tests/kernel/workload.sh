@@ -24,10 +24,10 @@
 #       against what they must hold.
 #
 #   workload.sh verify DIR STATE
-#       After a remount (or on another leg): every file and directory
-#       under DIR is exactly what STATE/manifest and STATE/dirs recorded,
-#       git fsck --full passes, HEAD is the recorded commit and the work
-#       tree is clean.
+#       After a remount (read-only is enough: it writes nothing): every
+#       file and directory under DIR is exactly what STATE/manifest and
+#       STATE/dirs recorded, git fsck --full passes, HEAD is the recorded
+#       commit and the work tree is clean.
 #
 # Progress: `run` appends the name of each step to STATE/progress.  A
 # step named in $WORKLOAD_HOLD (space-separated) is a rendezvous: the
@@ -391,7 +391,7 @@ verify ()
   head=$(git -C "$dir/repo" rev-parse HEAD)
   [ "$head" = "$(cat "$state/head")" ] ||
     die "HEAD is $head, the workload left $(cat "$state/head")"
-  [ -z "$(git -C "$dir/repo" status --porcelain)" ] ||
+  [ -z "$(git -C "$dir/repo" --no-optional-locks status --porcelain)" ] ||
     die "the work tree of $dir/repo differs from HEAD"
   echo "VERIFY files=$(wc -l <"$state/now.manifest") dirs=$(wc -l <"$state/now.dirs")" \
        "git_head=$head: all match"
