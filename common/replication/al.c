@@ -24,10 +24,16 @@
  * write began since: DIRTY still clear, no reference) leaves the log.
  * The smaller log is written at the next commit.
  *
- * HOT and PENDING change only under al->lock.  The committer role
- * (al->committing) is held while writing; whoever holds it may take
- * change_lock (to fail a leg), so nobody holding change_lock may wait
- * for the role.
+ * A commit that every leg refuses alike with an error that is the
+ * request's own (EINVAL, EPERM ... see io.c) fails no leg: its pending
+ * extents become FAILED (out of the list) and the writes waiting for
+ * them get that error, as the write itself would have.  A FAILED
+ * extent is cold to everybody else; the last waiter lets go of it.
+ *
+ * HOT, PENDING and FAILED change only under al->lock.  The committer
+ * role (al->committing) is held while writing; whoever holds it may
+ * take change_lock (to fail a leg), so nobody holding change_lock may
+ * wait for the role.
  */
 
 #include <config.h>
@@ -45,7 +51,8 @@
 #define AL_HOT      (1u << 31)
 #define AL_PENDING  (1u << 30)
 #define AL_DIRTY    (1u << 29)
-#define AL_REFS     (AL_DIRTY - 1)
+#define AL_FAILED   (1u << 28)
+#define AL_REFS     (AL_FAILED - 1)
 
 #define AL_INTERVAL 2           /* seconds between cooling passes */
 
@@ -64,6 +71,7 @@ struct al {
   uint32_t *pending;            /* the committer's pending extents */
   uint32_t *cand;               /* the cooler's candidates */
   bool committing;
+  int commit_err;               /* errno of the last refused commit */
 
   pthread_t thread;
   pthread_cond_t wake;          /* wakes the flusher */
@@ -186,13 +194,44 @@ take_locked (struct al *al, uint64_t first, uint64_t last)
         ;
     }
     else {
-      atomic_store (&al->state[e], AL_PENDING | AL_DIRTY | 1);
+      /* Cold, or FAILED with waiters still to let go: pending again
+       * (those waiters then simply wait for this next commit).
+       */
+      atomic_store (&al->state[e], AL_PENDING | AL_DIRTY |
+                    ((w & AL_REFS) + 1));
       al->list[al->nr_list++] = (uint32_t) e;
     }
   }
   if (al->nr_list * 4 >= al->capacity * 3) {
     al->want_cool = true;
     pthread_cond_signal (&al->wake);
+  }
+}
+
+/* Did the commit of an extent of the range fail? */
+static bool
+any_failed (struct al *al, uint64_t first, uint64_t last)
+{
+  uint64_t e;
+
+  for (e = first; e <= last; ++e)
+    if (atomic_load (&al->state[e]) & AL_FAILED)
+      return true;
+  return false;
+}
+
+/* Let go of a range whose commit failed: drop our references; a FAILED
+ * extent nobody holds any more is plain cold again.  Lock held.
+ */
+static void
+drop_failed (struct al *al, uint64_t first, uint64_t last)
+{
+  uint64_t e;
+
+  for (e = first; e <= last; ++e) {
+    uint32_t w = atomic_fetch_sub (&al->state[e], 1) - 1;
+    if ((w & AL_FAILED) && (w & AL_REFS) == 0)
+      atomic_store (&al->state[e], 0);
   }
 }
 
@@ -254,6 +293,26 @@ write_log (struct al *al, uint16_t legs, uint32_t nr, int *errs)
   return failed;
 }
 
+/* The error every leg in legs refused the log with alike, if it is a
+ * refusal of the request rather than a broken leg (see io.c), else 0.
+ */
+static int
+refused_alike (uint16_t legs, const int *errs)
+{
+  int common = 0;
+  unsigned i;
+
+  for (i = 0; i < MAX_LEGS; ++i) {
+    if (!(legs & (1u << i)))
+      continue;
+    if (errs[i] == 0 || errno_fails_leg (errs[i]) ||
+        (common && errs[i] != common))
+      return 0;
+    common = errs[i];
+  }
+  return common;
+}
+
 /* Fail the legs the activity log could not be written to. */
 static void
 fail_legs (struct volume *v, uint16_t legs, const int *errs)
@@ -275,15 +334,37 @@ take_role (struct al *al)
   al->committing = true;
 }
 
+/* The pending extents of a commit: hot if it was written, FAILED and
+ * out of the list if every leg refused it alike.  Lock held.
+ */
+static void
+settle_pending (struct al *al, uint32_t nr_pending, int refused)
+{
+  uint32_t i, j;
+
+  for (i = 0; i < nr_pending; ++i) {
+    _Atomic uint32_t *st = &al->state[al->pending[i]];
+    atomic_fetch_or (st, refused ? AL_FAILED : AL_HOT);
+    atomic_fetch_and (st, ~AL_PENDING);
+  }
+  if (!refused)
+    return;
+  al->commit_err = refused;
+  for (i = j = 0; i < al->nr_list; ++i)
+    if (!(atomic_load (&al->state[al->list[i]]) & AL_FAILED))
+      al->list[j++] = al->list[i];
+  al->nr_list = j;
+}
+
 /* Commit the current list to legs (0 = every leg receiving writes).
  * Lock held; the role is taken here and the lock dropped while writing.
- * Afterwards the extents that were pending are hot.
+ * Afterwards the extents that were pending are hot (or failed).
  */
 static void
 commit_locked (struct al *al, uint16_t legs)
 {
   uint32_t nr, nr_pending = 0, i;
-  int errs[MAX_LEGS];
+  int errs[MAX_LEGS], refused;
   uint16_t failed;
 
   take_role (al);
@@ -298,26 +379,28 @@ commit_locked (struct al *al, uint16_t legs)
   if (legs == 0)
     legs = MB_WRITING (membership_load (al->v));
   failed = write_log (al, legs, nr, errs);
-  fail_legs (al->v, failed, errs);
+  refused = failed ? refused_alike (legs, errs) : 0;
+  if (!refused)
+    fail_legs (al->v, failed, errs);
   pthread_mutex_lock (&al->lock);
 
-  for (i = 0; i < nr_pending; ++i) {
-    atomic_fetch_or (&al->state[al->pending[i]], AL_HOT);
-    atomic_fetch_and (&al->state[al->pending[i]], ~AL_PENDING);
-  }
+  settle_pending (al, nr_pending, refused);
   al->committing = false;
   pthread_cond_broadcast (&al->cond);
 }
 
-/* Make the range hot and take references (see the design note). */
-void
+/* Make the range hot and take references (see the design note).
+ * Returns 0, or the error every leg refused the log with (nothing is
+ * then held).
+ */
+int
 al_acquire (struct al *al, uint64_t offset, uint64_t count)
 {
   uint64_t first, last;
 
   extent_range (al, offset, count, &first, &last);
   if (take_all_hot (al, first, last))
-    return;
+    return 0;
 
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&al->lock);
   while (al->nr_list + count_cold (al, first, last) > al->capacity) {
@@ -332,6 +415,11 @@ al_acquire (struct al *al, uint64_t offset, uint64_t count)
     else
       pthread_cond_wait (&al->cond, &al->lock);
   }
+  if (any_failed (al, first, last)) {
+    drop_failed (al, first, last);
+    return al->commit_err;
+  }
+  return 0;
 }
 
 /* Drop the references taken by al_acquire. */

@@ -23,9 +23,10 @@ extern int al_start (struct al *al);
 extern void al_stop (struct al *al);
 
 /* Make every extent of [offset, offset+count) hot (persisting the log
- * first if one was cold) and take a reference on each.
+ * first if one was cold) and take a reference on each.  Returns 0, or
+ * the error every leg refused the log with alike (nothing held then).
  */
-extern void al_acquire (struct al *al, uint64_t offset, uint64_t count);
+extern int al_acquire (struct al *al, uint64_t offset, uint64_t count);
 /* Drop the references taken by al_acquire. */
 extern void al_release (struct al *al, uint64_t offset, uint64_t count);
 

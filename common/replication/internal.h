@@ -93,6 +93,7 @@ struct conn {
   _Atomic bool want_write;  /* a worker left bytes to send */
   _Atomic bool dead;        /* out of epoll: the connection died */
   _Atomic unsigned inflight;
+  _Atomic unsigned unretired;  /* failed commands libnbd still holds */
 };
 
 #define MAX_CONNS 64

@@ -80,12 +80,13 @@ common_request_error (const struct ioreq *r, uint16_t legs)
   return common;
 }
 
-/* Judge the answers of a write-like request sent to `legs`, failing
- * the legs that must fail.  Returns 0 or an errno for the client.
+/* Judge the answers of a write-like request (what: "write", "flush")
+ * sent to `legs`, failing the legs that must fail.  Returns 0 or an
+ * errno for the client.
  */
 static int
 judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
-             uint16_t uptodate)
+             uint16_t uptodate, const char *what)
 {
   int common = common_request_error (r, legs);
   int first_err = 0;
@@ -105,7 +106,7 @@ judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
     }
     if (first_err == 0)
       first_err = e;
-    volume_fail_leg (v, &v->legs[i], "write failed: %s", strerror (e));
+    volume_fail_leg (v, &v->legs[i], "%s failed: %s", what, strerror (e));
   }
   if (ok >= v->quorum)
     return 0;
@@ -124,8 +125,11 @@ io_write_locked (struct volume *v, const struct leg_cmd *cmd)
   unsigned i;
   int err;
 
-  if (v->al)
-    al_acquire (v->al, cmd->offset, cmd->count);
+  if (v->al) {
+    err = al_acquire (v->al, cmd->offset, cmd->count);
+    if (err != 0)
+      return errno_for_client (err);
+  }
 
   ticket = membership_enter_write (v, &m);
   mark_absent (v, MB_ABSENT (m), cmd->offset, cmd->count);
@@ -141,7 +145,7 @@ io_write_locked (struct volume *v, const struct leg_cmd *cmd)
       if (writing & (1u << i))
         ioreq_submit (&r, &v->legs[i], cmd);
     ioreq_wait_fua (&r);
-    err = judge_write (v, &r, writing, uptodate);
+    err = judge_write (v, &r, writing, uptodate, "write");
     ioreq_destroy (&r);
   }
 
@@ -243,7 +247,8 @@ io_flush_legs (struct volume *v, uint16_t legs, int *err)
     if (legs & (1u << i))
       ioreq_submit (&r, &v->legs[i], &flush);
   ioreq_wait (&r);
-  e = judge_write (v, &r, legs, legs & MB_UPTODATE (membership_load (v)));
+  e = judge_write (v, &r, legs, legs & MB_UPTODATE (membership_load (v)),
+                   "flush");
   ioreq_destroy (&r);
   volume_wait_changes (v);
   if (e != 0) {

@@ -210,9 +210,11 @@ sb_for_leg (struct volume *v, struct leg *l, struct superblock *sb)
     sb->gen = l->gen;
 }
 
-/* Write superblocks to legs.  Returns the legs that failed. */
+/* Write superblocks to legs.  Returns the legs that failed, with their
+ * errors in errs (if not NULL).
+ */
 uint16_t
-meta_write_sb (struct volume *v, uint16_t legs)
+meta_write_sb (struct volume *v, uint16_t legs, int *errs)
 {
   struct superblock sb;
   struct ioreq r;
@@ -235,9 +237,12 @@ meta_write_sb (struct volume *v, uint16_t legs)
   }
   ioreq_wait_fua (&r);
   for (i = 0; i < v->nr_legs; ++i) {
+    int e = (legs & (1u << i)) ? ioreq_leg_error (&r, i) : 0;
+    if (errs)
+      errs[i] = e;
     if (!(legs & (1u << i)))
       continue;
-    if (ioreq_leg_error (&r, i) != 0)
+    if (e != 0)
       failed |= 1u << i;
     else
       v->legs[i].sb_seq++;
@@ -283,38 +288,60 @@ set_members (struct volume *v, uint16_t uptodate)
   }
 }
 
-/* Bump the generation (change_lock held). */
+/* Mark the legs a bump could not reach failed (change_lock held). */
+static void
+fail_unreached (struct volume *v, uint16_t failed, const int *errs)
+{
+  char reason[128];
+  unsigned i;
+
+  for (i = 0; i < v->nr_legs; ++i) {
+    struct leg *l = &v->legs[i];
+    bool was_uptodate;
+    if (!(failed & (1u << i)))
+      continue;
+    snprintf (reason, sizeof reason, "superblock write failed: %s",
+              strerror (errs[i]));
+    if (volume_mark_failed (v, l, reason, &was_uptodate)) {
+      leg_shutdown (l);
+      record_absent (v, l, was_uptodate);
+    }
+  }
+}
+
+/* Bump the generation (change_lock held).  If in the end no leg could
+ * take a new generation, the volume's superblock goes back to the last
+ * one some leg holds: a leg that returns with it is then uptodate again
+ * (it is the newest data there is).
+ */
 int
 meta_bump (struct volume *v)
 {
+  struct superblock recorded = v->sb;
+  int errs[MAX_LEGS];
+
   for (;;) {
     uint16_t up = MB_UPTODATE (membership_load (v)), failed;
     struct gen next = { v->sb.gen.counter + 1, random_u64 () };
     unsigned i;
 
-    if (up == 0)
+    if (up == 0) {
+      v->sb = recorded;
       return -1;
+    }
     sb_push_gen (&v->sb, next);
     set_members (v, up);
-    failed = meta_write_sb (v, up);
+    failed = meta_write_sb (v, up, errs);
     for (i = 0; i < v->nr_legs; ++i)
       if ((up & ~failed) & (1u << i))
         v->legs[i].gen = next;
+    if (up & ~failed)
+      recorded = v->sb;
     if (failed == 0) {
       nbdkit_debug ("generation %" PRIu64 " recorded", next.counter);
       return 0;
     }
-    for (i = 0; i < v->nr_legs; ++i) {
-      struct leg *l = &v->legs[i];
-      bool was_uptodate;
-      if (!(failed & (1u << i)))
-        continue;
-      if (volume_mark_failed (v, l, "superblock write failed",
-                              &was_uptodate)) {
-        leg_shutdown (l);
-        record_absent (v, l, was_uptodate);
-      }
-    }
+    fail_unreached (v, failed, errs);
   }
 }
 

@@ -28,9 +28,10 @@ extern int meta_read_al (struct leg *l, uint32_t *extents, uint32_t *nr,
 extern int meta_load_bitmap (struct volume *v, unsigned slot, uint16_t legs);
 
 /* Write superblocks (v->sb plus each leg's own fields) to legs.
- * change_lock held.  Returns the legs that failed.
+ * change_lock held.  Returns the legs that failed, their errors in errs
+ * (MAX_LEGS entries, or NULL).
  */
-extern uint16_t meta_write_sb (struct volume *v, uint16_t legs);
+extern uint16_t meta_write_sb (struct volume *v, uint16_t legs, int *errs);
 
 /* Bump the generation on every uptodate leg (change_lock held); legs
  * that cannot take it are failed and the bump repeated.  Returns 0, or

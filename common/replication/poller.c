@@ -143,6 +143,18 @@ handle_kick (struct poller *p)
       update_events (p, p->conns[i]);
 }
 
+/* Retire the failed commands the completion callback left behind. */
+static void
+retire_failed (struct conn *c)
+{
+  int64_t cookie;
+
+  if (atomic_exchange (&c->unretired, 0) == 0)
+    return;
+  while ((cookie = nbd_aio_peek_command_completed (c->nbd)) > 0)
+    nbd_aio_command_completed (c->nbd, (uint64_t) cookie);
+}
+
 /* Let libnbd act on what the socket is ready for. */
 static void
 handle_conn (struct poller *p, struct conn *c, uint32_t events)
@@ -151,6 +163,7 @@ handle_conn (struct poller *p, struct conn *c, uint32_t events)
     nbd_aio_notify_read (c->nbd);
   else if (events & EPOLLOUT)
     nbd_aio_notify_write (c->nbd);
+  retire_failed (c);
   update_events (p, c);
 }
 

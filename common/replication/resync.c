@@ -468,7 +468,7 @@ claim_target (struct resync *rs)
     v->sb.slots[l->slot].flags &= ~SLOT_MEMBER;
   }
   l->inconsistent = true;
-  if (meta_write_sb (v, 1u << l->index) != 0) {
+  if (meta_write_sb (v, 1u << l->index, NULL) != 0) {
     leg_set_error (l, "cannot mark the leg inconsistent");
     return -1;
   }

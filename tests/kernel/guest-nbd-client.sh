@@ -1,0 +1,51 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# vm: timeout=1800
+# vm: mem=2G
+#
+# The kernel's nbd driver over the controller (DESIGN.md section 11), in
+# the VM of vm-run.sh (Debian's kernel, which has nbd.ko): three file
+# replicas on tmpfs, the controller (plugin shape, timeout=2, control
+# socket), `nbd-client -C 4 -b 4096` over a Unix socket, ext4, and the
+# shared scenario of guest-lib.sh: the file workload with leg 1 killed
+# (SIGKILL) and restarted under it, an incremental resync, no error in the
+# kernel log or ext4, every file as written after a remount, git fsck,
+# e2fsck -n.  Then fio on /dev/nbd0 for numbers, disconnect, a clean stop
+# of the controller and the legs' data areas byte-identical.
+
+source /test/guest-lib.sh
+
+start=$SECONDS
+for i in 0 1 2; do start_replica "$i" 256M; done
+start_controller "$PLUGIN" "$(leg_uri 0)" "$(leg_uri 1)" "$(leg_uri 2)" \
+  control="$CTL" timeout=2
+size=$(nbdinfo --size 'nbd+unix:///?socket=/tmp/c.sock')
+note "controller up: $size bytes, $(status_get '.volume.legs') legs"
+
+nbd-client -unix /tmp/c.sock /dev/nbd0 -C 4 -b 4096 -N default
+[ "$(( $(cat /sys/block/nbd0/size) * 512 ))" -eq "$size" ] ||
+  fail "/dev/nbd0 is not $size bytes"
+[ "$(cat /sys/block/nbd0/queue/logical_block_size)" -eq 4096 ] ||
+  fail "/dev/nbd0 does not have 4096-byte blocks"
+note "nbd0 attached: $(ls /sys/block/nbd0/mq | wc -l) queues, flush=$(cat /sys/block/nbd0/queue/write_cache)"
+
+mkfs.ext4 -q -F /dev/nbd0
+mkdir -p /mnt/t
+mount /dev/nbd0 /mnt/t
+workload_with_leg_kill /mnt/t 1
+kernel_log=$(check_kernel_log)
+check_filesystem /dev/nbd0 /mnt/t
+note "file system checked; fio on /dev/nbd0"
+fio=$(fio_numbers /dev/nbd0)
+echo "$fio"
+check_kernel_log >/dev/null
+nbd-client -d /dev/nbd0
+controller_alive
+stop_server c
+compare_legs "$size" 3
+stop_all
+
+echo "KERNEL-TEST nbd-client: $(sed -n 's/^WORKLOAD //p' /tmp/workload.out)"
+echo "KERNEL-TEST nbd-client: resync leg=1 kind=$resync_kind bytes=$resync_bytes" \
+     "seconds=$resync_seconds volume_bytes=$size legs_identical=yes $kernel_log"
+echo "KERNEL-TEST nbd-client: $fio guest_seconds=$(( SECONDS - start ))"
