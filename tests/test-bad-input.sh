@@ -211,7 +211,7 @@ stop_controller b
 # nothing is written anywhere.
 before_b=$(fingerprint "$tmpdir/r11.img")
 before_a=$(fingerprint "$tmpdir/r9.img")
-refuse foreign-leg -m "leg(s) 2 in another" -- \
+refuse foreign-leg -m "leg 2 is in volume" -- \
   "$PLUGIN" "$(uri 9)" "$(uri 13)" "$(uri 11)" wait=1
 test "$(fingerprint "$tmpdir/r11.img")" = "$before_b"
 test "$(fingerprint "$tmpdir/r9.img")" = "$before_a"

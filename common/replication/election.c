@@ -24,17 +24,20 @@
  *    covers what differs, so it is a winner too.
  * 5. Every other leg resyncs: incrementally if its slot belongs to it
  *    and its generation is the slot's bm_gen in the winners' superblock
- *    (their bitmap covers exactly what it missed); fully if the winners
- *    know its generation (it is in their history), if it is
- *    inconsistent (an interrupted resync that cannot be resumed), or if
- *    it has no valid superblock (a blank leg joins as a new member).
- *    A consistent leg whose generation the winners do not know changed
- *    on its own: split brain, refused unless prefer= is given (then it
- *    is rebuilt fully).
- * 6. Enough members of the winning generation must be reachable: with
+ *    (their bitmap covers exactly what it missed; also an inconsistent
+ *    leg, whose resync is then resumed); fully if the winners know its
+ *    generation (it is in their history), if it is inconsistent (an
+ *    interrupted resync that cannot be resumed), if it owns no slot any
+ *    more (a removed leg: its data has no claim) or if it has no valid
+ *    superblock (a blank leg joins as a new member).  A consistent leg
+ *    still owning its slot whose generation the winners do not know
+ *    changed on its own: split brain, refused unless prefer= is given
+ *    (then it is rebuilt fully).
+ * 6. Enough members of the winning generation must be reachable (with
+ *    any generation: a reachable member cannot hide a newer one): with
  *    M members and quorum Q (as recorded), at least M - Q + 1 of them
- *    (all of them when Q = 1); otherwise wait, then refuse naming what
- *    is missing, unless force=true.
+ *    (all of them when Q = 1, one when M < Q); otherwise wait, then
+ *    refuse naming what is missing, unless force=true.
  */
 
 #include <config.h>
@@ -101,14 +104,15 @@ note_legs (struct elect_result *out, uint32_t mask)
 }
 
 /* Rule 1: all valid legs belong to the same volume.  Returns the index
- * of the first valid leg, -1 if none, or -2 after refusing.
+ * of the first valid leg, -1 if none, or -2 after refusing (naming the
+ * volume of every leg, so that whichever is the stranger is clear).
  */
 static int
 check_one_volume (const struct elect_input *in, struct elect_result *out)
 {
   int first = -1;
-  uint32_t foreign = 0;
-  char a[37], b[37];
+  bool mixed = false;
+  char u[37];
   size_t i;
 
   for (i = 0; i < in->nr_legs; ++i) {
@@ -118,17 +122,18 @@ check_one_volume (const struct elect_input *in, struct elect_result *out)
       first = (int) i;
     else if (memcmp (in->legs[i].sb.volume_uuid,
                      in->legs[first].sb.volume_uuid, 16) != 0)
-      foreign |= 1u << i;
+      mixed = true;
   }
-  if (foreign == 0)
+  if (!mixed)
     return first;
-  uuid_format (in->legs[first].sb.volume_uuid, a);
-  decide (out, ELECT_REFUSE, "legs belong to different volumes: "
-          "leg %d is in volume %s; leg(s) ", first, a);
-  note_legs (out, foreign);
-  uuid_format (in->legs[__builtin_ctz (foreign)].sb.volume_uuid, b);
-  note (out, " in another (%s ...); a leg of another volume is never "
-        "written to: remove it from the command line or wipe it", b);
+  decide (out, ELECT_REFUSE, "legs belong to different volumes:");
+  for (i = 0; i < in->nr_legs; ++i)
+    if (valid (in, i)) {
+      uuid_format (in->legs[i].sb.volume_uuid, u);
+      note (out, " leg %zu is in volume %s;", i, u);
+    }
+  note (out, " a leg of another volume is never written to: remove it "
+        "from the command line or wipe it");
   return -2;
 }
 
@@ -342,7 +347,7 @@ classify (const struct elect_input *in, struct elect_result *out, size_t i,
     return true;
   }
   if ((sb->flags & SB_INCONSISTENT) || sb_knows_gen (r, sb->gen) ||
-      preferring) {
+      !owns_slot (r, sb) || preferring) {
     out->role[i] = ROLE_FULL;
     return true;
   }
@@ -355,10 +360,27 @@ classify (const struct elect_input *in, struct elect_result *out, size_t i,
   return false;
 }
 
-/* Rule 6: are enough members of the winning generation here? */
+/* Is a member slot's leg reachable (with a valid superblock, whatever
+ * its generation: it cannot hold a newer one than we can see)?
+ */
+static bool
+member_reachable (const struct elect_input *in, const struct sb_slot *slot)
+{
+  size_t i;
+
+  for (i = 0; i < in->nr_legs; ++i)
+    if (valid (in, i) &&
+        memcmp (in->legs[i].sb.leg_uuid, slot->uuid, 16) == 0)
+      return true;
+  return false;
+}
+
+/* Rule 6: are enough members of the winning generation here?  With M
+ * members and quorum Q, M - Q + 1 must be reachable (all when Q = 1;
+ * one when M < Q: no write can have been accepted since).
+ */
 static void
-check_members (const struct elect_input *in, struct elect_result *out,
-               uint32_t winners)
+check_members (const struct elect_input *in, struct elect_result *out)
 {
   const struct superblock *r = &in->legs[out->reference].sb;
   unsigned members = 0, present = 0, need, q = r->quorum ? r->quorum : 1;
@@ -370,12 +392,9 @@ check_members (const struct elect_input *in, struct elect_result *out,
     if (!(r->slots[s].flags & SLOT_MEMBER))
       continue;
     members++;
-    for (i = 0; i < in->nr_legs; ++i)
-      if ((winners & (1u << i)) &&
-          memcmp (in->legs[i].sb.leg_uuid, r->slots[s].uuid, 16) == 0)
-        present++;
+    present += member_reachable (in, &r->slots[s]);
   }
-  need = q == 1 ? members : members - q + 1;
+  need = members >= q ? members - q + 1 : 1;
   if (present >= need)
     return;
   for (i = 0; i < in->nr_legs; ++i)
@@ -394,21 +413,15 @@ check_members (const struct elect_input *in, struct elect_result *out,
     return;
   }
   decide (out, ELECT_REFUSE, "only %u of the %u members of generation %"
-          PRIu64 " are reachable and up to date (quorum %u needs %u): "
-          "a missing member may hold newer data.  Missing members:",
-          present, members, r->gen.counter, q, need);
-  for (s = 0; s < r->max_legs; ++s) {
-    bool found = false;
-    if (!(r->slots[s].flags & SLOT_MEMBER))
-      continue;
-    for (i = 0; i < in->nr_legs; ++i)
-      found |= (winners & (1u << i)) &&
-        memcmp (in->legs[i].sb.leg_uuid, r->slots[s].uuid, 16) == 0;
-    if (!found) {
+          PRIu64 " are reachable (quorum %u needs %u): a missing member "
+          "may hold newer data.  Missing members:", present, members,
+          r->gen.counter, q, need);
+  for (s = 0; s < r->max_legs; ++s)
+    if ((r->slots[s].flags & SLOT_MEMBER) &&
+        !member_reachable (in, &r->slots[s])) {
       uuid_format (r->slots[s].uuid, u);
       note (out, " slot %zu (leg uuid %s)", s, u);
     }
-  }
   if (unreachable) {
     note (out, "; unreachable: leg(s) ");
     note_legs (out, unreachable);
@@ -437,7 +450,7 @@ elect_existing (const struct elect_input *in, struct elect_result *out,
     else if (!classify (in, out, i, preferred >= 0))
       return;
   }
-  check_members (in, out, winners);
+  check_members (in, out);
 }
 
 /* Elect (see the rules above).  prefer= is used only to resolve a split
@@ -460,11 +473,16 @@ elect (const struct elect_input *in, struct elect_result *out)
   }
   elect_existing (in, out, -1);
   if (out->split_brain && in->prefer >= 0) {
+    char why[sizeof out->message];
+    memcpy (why, out->message, sizeof why);
     memset (out, 0, sizeof *out);
     out->reference = -1;
     elect_existing (in, out, in->prefer);
+    out->split_brain = out->outcome != ELECT_EXISTING;
     if (out->outcome == ELECT_EXISTING)
       note (out, "prefer=%d resolved a split brain: leg %d wins. ",
             in->prefer, in->prefer);
+    else
+      note (out, " (the split brain: %s)", why);
   }
 }

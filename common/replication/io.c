@@ -83,6 +83,12 @@ common_request_error (const struct ioreq *r, uint16_t legs)
 /* Judge the answers of a write-like request (what: "write", "flush")
  * sent to `legs`, failing the legs that must fail.  Returns 0 or an
  * errno for the client.
+ *
+ * Success counts only legs that took the request, were uptodate when
+ * it started, and are still uptodate once the failures of the others
+ * have been recorded: if recording a failure failed everywhere (the
+ * generation could not be bumped), no leg is left to count and the
+ * client is told EIO rather than a write nobody can vouch for.
  */
 static int
 judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
@@ -90,7 +96,8 @@ judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
 {
   int common = common_request_error (r, legs);
   int first_err = 0;
-  unsigned i, ok = 0;
+  uint16_t took = 0;
+  unsigned i;
 
   if (common != 0)
     return errno_for_client (common);
@@ -100,15 +107,15 @@ judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
       continue;
     e = ioreq_leg_error (r, i);
     if (e == 0) {
-      if (uptodate & (1u << i))
-        ok++;
+      took |= 1u << i;
       continue;
     }
     if (first_err == 0)
       first_err = e;
     volume_fail_leg (v, &v->legs[i], "%s failed: %s", what, strerror (e));
   }
-  if (ok >= v->quorum)
+  took &= uptodate & MB_UPTODATE (membership_load (v));
+  if ((unsigned) __builtin_popcount (took) >= v->quorum)
     return 0;
   return first_err == ENOSPC ? ENOSPC : EIO;
 }

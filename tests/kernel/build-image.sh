@@ -141,7 +141,7 @@ resolve_kernel_package ()
      [ -z "$(ls "$dir/lists" 2>/dev/null)" ]; then
     mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial"
     echo "deb http://deb.debian.org/debian $kernel main" >"$dir/sources.list"
-    say "apt-get update for Debian $kernel (private state in $dir)"
+    say "apt-get update for Debian $kernel (private state in $dir)" >&2
     apt_suite apt-get -q update >&2
   fi
   apt_suite apt-cache depends linux-image-amd64 2>/dev/null |
@@ -352,8 +352,10 @@ done
 rc=127
 if [ -x /test/run ]; then
   cd /test
-  bash -c 'set -a; . /test/env; set +a; . /test/args; exec /test/run "$@"' </dev/null
-  rc=$?
+  # Through a pipe, as on the host: programs print no progress meters.
+  { bash -c 'set -a; . /test/env; set +a; . /test/args; exec /test/run "$@"' \
+      </dev/null 2>&1; echo "$?" >/run/ktest-status; } | cat
+  rc=$(cat /run/ktest-status)
 else
   echo "ktest: no /test/run"
 fi
