@@ -81,6 +81,12 @@ struct leg_caps {
   uint32_t min_block, pref_block, max_block;   /* 0 = no information */
 };
 
+/* The legs' capabilities combined (caps.c). */
+struct caps_summary {
+  bool trim;                    /* every leg zeroes natively */
+  uint32_t min_block, pref_block, max_block;   /* combined, 0 = none */
+};
+
 struct poller;
 
 /* One libnbd handle, driven by the volume's poller (poller.c). */
@@ -180,8 +186,7 @@ struct volume {
   unsigned quorum;
   bool metadata;                /* metadata=internal */
   struct md_layout layout;
-  uint32_t min_block, pref_block, max_block;
-  bool trim_ok;                 /* every leg zeroes natively */
+  struct caps_summary caps;     /* the legs' combined capabilities */
   bool started, threads_running;
 
   /* Changeable at run time (nbdrep set). */
@@ -277,6 +282,13 @@ struct ioreq {
 };
 
 /* ---- functions shared between engine files ---------------------------- */
+
+/* caps.c: what the client is told (pure). */
+extern void caps_combine (const struct leg_caps *const *legs, size_t n,
+                          struct caps_summary *out);
+extern void caps_block_size (const struct caps_summary *c,
+                             uint32_t *minimum, uint32_t *preferred,
+                             uint32_t *maximum);
 
 /* state.c: names and pure decisions. */
 extern const char *leg_state_name (enum leg_state s);

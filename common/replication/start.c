@@ -737,27 +737,17 @@ start_without_metadata (struct volume *v)
   return 0;
 }
 
-/* Combine what the legs can do into what the client is told. */
+/* Combine what the open legs can do into what the client is told. */
 static void
 negotiate (struct volume *v)
 {
-  size_t i;
+  const struct leg_caps *caps[MAX_LEGS];
+  size_t i, n = 0;
 
-  v->trim_ok = true;
-  v->min_block = v->pref_block = 0;
-  v->max_block = 0;
-  for (i = 0; i < v->nr_legs; ++i) {
-    const struct leg_caps *c = &v->legs[i].caps;
-    if (!atomic_load (&v->legs[i].open))
-      continue;
-    v->trim_ok &= c->can_zero;
-    if (c->min_block > v->min_block)
-      v->min_block = c->min_block;
-    if (c->pref_block > v->pref_block)
-      v->pref_block = c->pref_block;
-    if (c->max_block && (v->max_block == 0 || c->max_block < v->max_block))
-      v->max_block = c->max_block;
-  }
+  for (i = 0; i < v->nr_legs; ++i)
+    if (atomic_load (&v->legs[i].open))
+      caps[n++] = &v->legs[i].caps;
+  caps_combine (caps, n, &v->caps);
 }
 
 /* Start the volume (see the design note).  No thread is left running:

@@ -216,11 +216,11 @@ engine_can_write (struct volume *v UNUSED)
   return 1;
 }
 
-/* Trim only if every leg zeroes natively (see io.c). */
+/* Trim only if every leg zeroes natively (see caps.c). */
 int
 engine_can_trim (struct volume *v)
 {
-  return v->trim_ok;
+  return v->caps.trim;
 }
 
 /* Block status is always answered. */
@@ -230,22 +230,12 @@ engine_can_extents (struct volume *v UNUSED)
   return 1;
 }
 
-/* The legs' combined block sizes: the largest minimum and preferred
- * size, the smallest maximum.  The preferred size is at least 4096
- * (what nbd-client -b 4096 and the page cache use); with no maximum
- * from any leg we say 32 MiB, a power of two as nbdublk needs.
- */
+/* The legs' combined block sizes (see caps.c). */
 int
 engine_block_size (struct volume *v, uint32_t *minimum, uint32_t *preferred,
                    uint32_t *maximum)
 {
-  *minimum = v->min_block ? v->min_block : 1;
-  *maximum = v->max_block ? v->max_block : 32 * 1024 * 1024;
-  *preferred = v->pref_block > 4096 ? v->pref_block : 4096;
-  if (*preferred < *minimum)
-    *preferred = *minimum;
-  if (*preferred > *maximum)
-    *preferred = *maximum;
+  caps_block_size (&v->caps, minimum, preferred, maximum);
   return 0;
 }
 

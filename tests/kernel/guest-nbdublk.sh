@@ -16,7 +16,7 @@
 # (for more than one queue) and a power-of-two maximum block size (or
 # nbdublk refuses to start).  Three file replicas on tmpfs, the
 # controller (plugin shape, timeout=2, control socket),
-# `nbdublk -C 4 /dev/ublkb0 URI`, ext4, and the shared scenario of
+# `nbdublk -C N /dev/ublkb0 URI` (N = min(4, CPUs)), ext4, and the shared scenario of
 # guest-lib.sh: the file workload with leg 1 killed and restarted under
 # it, an incremental resync, no error in the kernel log or ext4, every
 # file as written after a remount, git fsck, e2fsck -n; fio for numbers;
@@ -27,6 +27,11 @@ source /test/guest-lib.sh
 
 modprobe ublk_drv || { echo "SKIP: kernel $(uname -r) has no ublk_drv"; exit 77; }
 
+# ublk_drv gives a device at most one queue per CPU, and nbdublk (1.22)
+# aborts unless it gets one queue per connection: -C may not exceed the
+# CPUs.
+queues=$(( $(nproc) < 4 ? $(nproc) : 4 ))
+
 start=$SECONDS
 for i in 0 1 2; do start_replica "$i" 256M; done
 start_controller --filter=fua "$PLUGIN" "$(leg_uri 0)" "$(leg_uri 1)" "$(leg_uri 2)" \
@@ -35,7 +40,7 @@ size=$(nbdinfo --size 'nbd+unix:///?socket=/tmp/c.sock')
 nbdinfo 'nbd+unix:///?socket=/tmp/c.sock' | grep -E 'can_multi_conn|block_size_maximum|can_fua|can_flush'
 note "controller up: $size bytes, $(status_get '.volume.legs') legs"
 
-"$NBDUBLK" -C 4 /dev/ublkb0 'nbd+unix:///?socket=/tmp/c.sock' \
+"$NBDUBLK" -C "$queues" /dev/ublkb0 'nbd+unix:///?socket=/tmp/c.sock' \
   </dev/null >/tmp/nbdublk.log 2>&1 &
 ublk_pid=$!
 wait_until 60 test -b /dev/ublkb0 || fail "no /dev/ublkb0: $(cat /tmp/nbdublk.log)"

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* What the client is told, from what the legs can do (pure, unit
+ * tested).
+ *
+ * Block sizes: the largest of the legs' minimum and preferred sizes,
+ * the smallest of their maximums (a request must suit every leg).  A
+ * leg that says nothing (0) constrains nothing.  What the client sees
+ * then gets a floor and defaults: minimum 1, preferred at least 4096
+ * (what nbd-client -b 4096 and the page cache use), maximum 32 MiB
+ * when no leg gives one (a power of two, as nbdublk needs), and the
+ * preferred size clamped between the two.
+ *
+ * Trim is forwarded as write-zeroes that may punch holes, so it is
+ * advertised only if every leg zeroes natively: emulating it with
+ * writes of zeroes would turn an fstrim into a write of the whole disk.
+ */
+
+#include <config.h>
+
+#include "internal.h"
+
+/* Combine the capabilities of n legs. */
+void
+caps_combine (const struct leg_caps *const *legs, size_t n,
+              struct caps_summary *out)
+{
+  size_t i;
+
+  out->trim = n > 0;
+  out->min_block = out->pref_block = out->max_block = 0;
+  for (i = 0; i < n; ++i) {
+    const struct leg_caps *c = legs[i];
+    out->trim &= c->can_zero;
+    if (c->min_block > out->min_block)
+      out->min_block = c->min_block;
+    if (c->pref_block > out->pref_block)
+      out->pref_block = c->pref_block;
+    if (c->max_block &&
+        (out->max_block == 0 || c->max_block < out->max_block))
+      out->max_block = c->max_block;
+  }
+}
+
+/* The block sizes the client is told (see the design note). */
+void
+caps_block_size (const struct caps_summary *c, uint32_t *minimum,
+                 uint32_t *preferred, uint32_t *maximum)
+{
+  *minimum = c->min_block ? c->min_block : 1;
+  *maximum = c->max_block ? c->max_block : 32 * 1024 * 1024;
+  *preferred = c->pref_block > 4096 ? c->pref_block : 4096;
+  if (*preferred < *minimum)
+    *preferred = *minimum;
+  if (*preferred > *maximum)
+    *preferred = *maximum;
+}
