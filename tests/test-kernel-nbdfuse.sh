@@ -28,8 +28,8 @@ requires fusermount3 --version
 requires losetup --version
 requires mkfs.ext4 -V
 requires e2fsck -V
-requires mountpoint --version
 requires git --version
+requires setsid --version
 requires test -c /dev/fuse
 requires losetup -f
 
@@ -52,21 +52,29 @@ _child_alive ()
   [ "$state" != Z ] && [ "$ppid" = "$$" ]
 }
 
-# Cleanup hook: stop the workload, unmount, detach the loop device,
-# unmount nbdfuse and reap it; every step bounded in time.
+# _mounted DIR: is something mounted on DIR?  (Read from /proc/mounts:
+# mountpoint(1) cannot stat a FUSE mount whose server died.)
+_mounted ()
+{
+  grep -qs " $1 " /proc/mounts
+}
+
+# Cleanup hook: stop the workload (its whole process group), unmount,
+# detach the loop device, unmount nbdfuse and reap it; every step bounded
+# in time.
 _kernel_cleanup ()
 {
   if _child_alive "$workload_pid"; then
-    kill -KILL "$workload_pid"
+    kill -KILL -- "-$workload_pid"
     wait "$workload_pid"
   fi
-  if mountpoint -q "$mnt"; then
+  if _mounted "$mnt"; then
     timeout -k 5 60 umount "$mnt" || umount -l "$mnt"
   fi
   if [ -n "$loop" ]; then
     losetup -d "$loop"
   fi
-  if mountpoint -q "$fuse"; then
+  if _mounted "$fuse"; then
     timeout -k 5 60 fusermount3 -u "$fuse" || fusermount3 -uz "$fuse"
   fi
   if _child_alive "$nbdfuse_pid"; then
@@ -96,10 +104,11 @@ wait_step ()
   return 1
 }
 
-# leg_field I EXPR: print legs[I] EXPR from the status, e.g. "['writes']".
+# leg_field I EXPR: print EXPR of the leg with index I from the status,
+# e.g. leg_field 1 "['last_resync']['kind']".
 leg_field ()
 {
-  nbdrep_status_get "$ctl" "s['legs'][$1]$2"
+  nbdrep_status_get "$ctl" "next(l for l in s['legs'] if l['index'] == $1)$2"
 }
 
 start=$SECONDS
@@ -126,9 +135,10 @@ mkfs.ext4 -q -F "$loop"
 mount "$loop" "$mnt"
 
 # The workload, holding at the two points where leg 1 is killed and
-# restarted.
+# restarted; in a process group of its own, so that the cleanup can stop
+# its children (cp, git) too.
 WORKLOAD_HOLD="copy-half git-half" \
-  "$workload" run "$tmpdir/corpus" "$mnt" "$state" \
+  setsid "$workload" run "$tmpdir/corpus" "$mnt" "$state" \
   </dev/null >"$tmpdir/workload.out" 2>&1 &
 workload_pid=$!
 
@@ -173,7 +183,8 @@ if command -v fio >/dev/null; then
   fio_line=$(python3 -c '
 import json, sys
 j = json.load(open(sys.argv[1]))["jobs"][0]
-print("fio_read_iops=%d fio_write_iops=%d" % (j["read"]["iops"], j["write"]["iops"]))
+print("fio_randrw_4k_read_iops=%d fio_randrw_4k_write_iops=%d"
+      % (j["read"]["iops"], j["write"]["iops"]))
 ' "$tmpdir/fio.json")
 fi
 

@@ -16,6 +16,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -222,20 +223,29 @@ leg_leave (struct leg *l)
   atomic_fetch_sub (&l->users, 1);
 }
 
-/* The connection with the fewest requests in flight.  Only inside the
- * issue window.
+/* Requests a connection takes before the next one is used: nbdkit
+ * serves 16 requests of a connection at once by default (-t 16).
+ */
+#define CONN_SATURATION 16
+
+/* The connection for the next request: the first one that is not
+ * saturated, else the least busy.  Filling connections in order keeps
+ * requests together (the server and our poller handle them in batches)
+ * and adds connections only under load, instead of spreading a few
+ * requests thinly over many connections and waking a server thread for
+ * each.  Only inside the issue window.
  */
 struct conn *
 leg_pick_conn (struct leg *l)
 {
-  struct conn *best = l->conns[0];
-  unsigned best_n = atomic_load_explicit (&best->inflight,
-                                          memory_order_relaxed);
-  unsigned i;
+  struct conn *best = NULL;
+  unsigned best_n = UINT_MAX, i;
 
-  for (i = 1; i < l->nr_conns && best_n > 0; ++i) {
+  for (i = 0; i < l->nr_conns; ++i) {
     unsigned n = atomic_load_explicit (&l->conns[i]->inflight,
                                        memory_order_relaxed);
+    if (n < CONN_SATURATION)
+      return l->conns[i];
     if (n < best_n) {
       best = l->conns[i];
       best_n = n;

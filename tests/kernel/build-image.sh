@@ -156,9 +156,9 @@ download_kernel ()
   rm -rf "$dir" && mkdir -p "$dir"
   say "downloading $pkg" >&2
   if [ "$kernel" = host ]; then
-    (cd "$dir" && apt-get download -q -o APT::Sandbox::User=root "$pkg") >&2
+    (cd "$dir" && apt-get download -q -o APT::Sandbox::User=root "$pkg") >&2 || return 1
   else
-    (cd "$dir" && apt_suite apt-get download -q "$pkg") >&2
+    (cd "$dir" && apt_suite apt-get download -q "$pkg") >&2 || return 1
   fi
   ls "$dir"/"$pkg"_*.deb
 }
@@ -250,7 +250,17 @@ build_kernel ()
   fi
   rm -rf "$kdir"
   mkdir -p "$kdir"
-  [ -n "${deb:-}" ] || deb=$(download_kernel "$pkg" "$cache/download")
+  # Mirrors drop a kernel package soon after the next point release:
+  # with old lists, update them (the system's or the suite's) once.
+  if [ -z "${deb:-}" ] && ! deb=$(download_kernel "$pkg" "$cache/download"); then
+    rm -rf "$kdir" "$cache/download"
+    [ "$refresh" = no ] || die "cannot download $pkg"
+    say "cannot download $pkg: updating the package lists and trying again"
+    refresh=yes
+    [ "$kernel" != host ] || apt-get -q update >&2
+    build_kernel
+    return
+  fi
   pkgroot=$kdir/package
   dpkg-deb -x "$deb" "$pkgroot"
   rm -rf "$cache/download"
@@ -287,23 +297,24 @@ program_paths ()
   done
 }
 
-# Print the directories nbdkit loads plugins and filters from.
-nbdkit_dirs ()
+# Print the path of every plugin and filter of this host's nbdkit.
+nbdkit_modules ()
 {
   local plugindir
   plugindir=$(nbdkit --dump-config | sed -n 's/^plugindir=//p')
-  echo "$plugindir"
-  dirname "$plugindir" | sed 's,$,/filters,'
+  find "$plugindir" "$(dirname "$plugindir")/filters" -name '*.so' | sort
 }
 
-# Print the stamp of the userland: this script, the workload script and
-# every file copied in (path, size, time), so a package upgrade rebuilds.
+# Print the stamp of the userland: the contents of this script and of the
+# workload script (not their paths: every build tree shares the cache),
+# and every file copied in (path, size, time), so that a package upgrade
+# rebuilds it.
 userland_stamp ()
 {
   {
-    sha256sum "$0" "$here/workload.sh"
+    cat "$0" "$here/workload.sh" | sha256sum
     program_paths | xargs -r realpath | xargs -r stat -c '%n %s %Y'
-    find $(nbdkit_dirs) -name '*.so' -exec stat -L -c '%n %s %Y' {} +
+    nbdkit_modules | xargs -r stat -L -c '%n %s %Y'
     stat -L -c '%n %s %Y' "$(command -v busybox)"
   } | sha256sum | cut -d' ' -f1
 }
@@ -402,7 +413,7 @@ build_userland ()
   mkdir -p "$stage"/{usr/bin,usr/sbin,usr/lib,usr/lib64,etc,proc,sys,dev,tmp,run,root,mnt,test}
   for path in bin sbin lib lib64; do ln -s "usr/$path" "$stage/$path"; done
   for path in $(program_paths); do copy_elf "$path"; done
-  for path in $(find $(nbdkit_dirs) -name '*.so'); do copy_elf "$path"; done
+  for path in $(nbdkit_modules); do copy_elf "$path"; done
   # glibc dlopen()s libgcc_s for thread cancellation and unwinding.
   copy_elf "$(ldconfig -p | awk '/libgcc_s\.so\.1 .*x86-64/ { print $NF; exit }')"
   link_busybox

@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: BSD-3-Clause
+# shellcheck shell=bash
 #
 # guest-lib.sh: what the guest tests (guest-*.sh) share.  They run inside
 # the VM of vm-run.sh as root and source this file.  It gives them:

@@ -55,7 +55,7 @@ export LC_ALL=C
 here=$(cd "$(dirname "$0")" && pwd)
 prog=${0##*/}
 cache=${VM_CACHE:-${TMPDIR:-/tmp}/nbdkit-replicate-vm}
-kernel= mem= smp=2 timeout= boot_timeout=120 log=
+kernel='' mem='' smp=2 timeout='' boot_timeout=120 log=''
 adds=() envs=()
 
 # Print an error and exit with status $2 (default 1).
@@ -290,7 +290,7 @@ kdir=$cache/kernel-$(cat "$cache/${kernel##*/}.kernel")
 [ -s "$kdir/modules.cpio" ] || die "$kdir has no kernel: run build-image.sh --kernel $kernel"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/vm-run.XXXXXX")
-qemu_pid= reader_pid=
+qemu_pid='' reader_pid=''
 trap cleanup EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
