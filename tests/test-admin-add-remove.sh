@@ -8,62 +8,54 @@
 # read=round-robin.  While it writes:
 #
 #  - `nbdrep add` of a third, blank and sparse 256 MiB file prints its
-#    index 2; the leg syncs fully (seen as "leg 2 resync full" lines of
-#    `nbdrep watch` as plain lines), then is uptodate: last_resync.kind
-#    is full and its bytes copied plus zeroed are exactly the volume
-#    size, while the leg's file stays sparse (its allocated size is
-#    about the data written, far below 256 MiB); it then serves reads
-#    (its reads counter grows under round-robin);
-#  - `nbdrep remove CTL 0`: leg 0 is removed, the volume stays healthy
-#    with legs 1 and 2, and `nbdrep inspect` of leg 1 shows leg 0's slot
-#    free and a higher generation than before the removal.
+#    index 2; the leg syncs fully (seen by `nbdrep watch` as plain
+#    "leg 2 resync full" lines, and on a terminal, tmux, as a header
+#    and one bar redrawn in place, then "idle"), then is uptodate:
+#    last_resync.kind is full and its bytes copied plus zeroed are
+#    exactly the volume size, while the leg's file stays sparse (its
+#    allocated size is about the data written, far below 256 MiB); it
+#    then serves reads (its reads counter grows under round-robin);
+#  - `nbdrep remove CTL 0`: leg 0 is removed and gets no more writes,
+#    the volume stays healthy with legs 1 and 2, and `nbdrep inspect`
+#    of legs 1 and 2 shows leg 0's slot free and a higher generation
+#    than before the removal.
 #
 # fio finishes without an error and verifies all it wrote; legs 1 and 2
-# are byte-identical and hold what the controller serves.  Errors: add
-# of an unreachable URI (exit 1, says why, no new leg), add of a URI
-# that is already a leg (exit 1), remove of the last uptodate leg
-# (refused, exit 1), remove of an out-of-range index (exit 1: the
-# controller refuses it; nbdrep(1) EXIT STATUS), remove of a removed
-# leg (exit 1); remove of a failed leg is allowed.
+# hold what the controller serves.  Errors: add of a URI that names a
+# leg already there (exit 1); add of a leg of another volume (refused by
+# its UUID, not written to); remove of a removed leg, of an
+# out-of-range index (exit 1: the controller refuses it, nbdrep(1) EXIT
+# STATUS) and of the last uptodate leg (exit 1); a failed leg may be
+# removed; the removed leg 0 added back joins as a new member (index 3,
+# full resync); add of an unreachable URI (exit 1, a message naming it,
+# no new leg); add to a volume with no free metadata slot (max-legs=2):
+# refused at once, no new leg.
 
 source ./functions.sh
 set -euo pipefail
 set -x
 source "$abs_top_srcdir/tests/fault-functions.sh"
+source "$abs_top_srcdir/tests/admin-functions.sh"
 
 requires_nbdsh
 requires_nbdinfo
 requires fio --enghelp=nbd
 requires python3 -c 'import json'
 requires du --version
+requires tmux -V
 
 MiB=1048576
 ctl=$tmpdir/c.ctl
 start_replica 0 256M
 start_replica 1 256M
+# resync-rate=1M: the new leg syncs the data written so far (sparse
+# regions cost nothing) slowly enough to be watched; resync-min-rate=0:
+# under fio's load it runs at resync-rate, not at the default floor.
 start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" control="$ctl" \
-  read=round-robin timeout=5 resync-rate=32M resync-min-rate=0
+  read=round-robin timeout=5 resync-rate=1M resync-min-rate=0
 wait_volume_state 30 "$ctl" healthy
 size=$("$NBDINFO" --size "$c_uri")
 test "$size" -ge $(( 64 * MiB ))
-
-# expect_refusal STATUS PATTERN NBDREP-ARGS...: nbdrep must exit with
-# STATUS and print a line matching the grep PATTERN on stderr.
-expect_refusal ()
-{
-  local status=$1 pattern=$2 rc=0
-  shift 2
-  "$NBDREP" "$@" >"$tmpdir/out" 2>"$tmpdir/err" || rc=$?
-  cat "$tmpdir/out" "$tmpdir/err"
-  if [ "$rc" -ne "$status" ]; then
-    echo "$0: nbdrep $*: exit status $rc, expected $status" >&2
-    return 1
-  fi
-  if ! grep -q -- "$pattern" "$tmpdir/err"; then
-    echo "$0: nbdrep $*: stderr does not match: $pattern" >&2
-    return 1
-  fi
-}
 
 # --- Errors of add before the load: nothing changes.  A URI naming
 # leg 1 again; a leg of another volume (made by a controller of its
@@ -79,7 +71,7 @@ other=$(nbdrep_status_get "$tmpdir/d.ctl" 's["volume"]["uuid"]')
 stop_controller d
 uuid=$(nbdrep_status_get "$ctl" 's["volume"]["uuid"]')
 sum3=$(md5sum <"$tmpdir/r3.img")
-expect_refusal 1 "^nbdrep: add-leg: belongs to another volume ($other, this is $uuid): never written to$" \
+expect_refusal 1 "^nbdrep: add-leg: .*r3\.sock: belongs to another volume ($other, this is $uuid): never written to$" \
   add "$ctl" "$r3_uri"
 test "$(md5sum <"$tmpdir/r3.img")" = "$sum3"
 status_check "$ctl" "s['volume']['legs'] == 2 and len(s['legs']) == 2 and
@@ -93,7 +85,7 @@ test "$(du -B1 "$tmpdir/r2.img" | cut -f1)" -eq 0
 # reads it all back and checks every block.
 fio_args=(--name=addremove --ioengine=nbd "--uri=$c_uri" --rw=randwrite
           --bsrange=4k-64k --size=32M --offset_increment=32M --numjobs=2
-          --verify=crc32c --output-format=json)
+          --verify=crc32c --verify_state_save=0 --output-format=json)
 
 # check_fio JSON: both jobs finished without error, wrote 32 MiB each
 # and read 32 MiB each to verify it.
@@ -110,6 +102,18 @@ for job in j["jobs"]:
     assert job["write"]["io_bytes"] == 32 << 20, job["write"]["io_bytes"]
     assert job["read"]["io_bytes"] == 32 << 20, job["read"]["io_bytes"]
 ' "$1"
+}
+
+# screen: print what the tmux terminal shows (non-empty lines).
+screen ()
+{
+  tmux -S "$tmpdir/tmux.sock" capture-pane -p | grep -v '^ *$'
+}
+
+# screen_has REGEXP: does a line of the tmux terminal match REGEXP?
+screen_has ()
+{
+  screen | grep -Eq "$1"
 }
 
 # stop_fio: kill fio if it still runs (the test failed half-way).
@@ -143,11 +147,33 @@ status_check "$ctl" "leg(2)['resync']['kind'] == 'full' and
 cat "$tmpdir/watch"
 grep -Ecx "leg 2 resync full [0-9]+\.[0-9]% [0-9]+/$size bytes .*/s eta ([0-9]+s|\?)" \
   "$tmpdir/watch" | grep -qx 2
+# nbdrep watch on a terminal (tmux, our own server): the screen shows
+# the header and one bar for leg 2, redrawn in place.
+tmux -S "$tmpdir/tmux.sock" new-session -d -x 150 -y 12 \
+  "$(printf '%q ' "$NBDREP" watch "$ctl" --interval=0.2)"
+cleanup_fn tmux -S "$tmpdir/tmux.sock" kill-server
+wait_until 10 screen_has 'leg 2 resync full +\[[#.]+\] +[0-9]+\.[0-9]%'
+sleep 1                         # a few redraws
+screen >"$tmpdir/screen"
+cat "$tmpdir/screen"
+grep -Eqx 'volume degraded  generation [0-9]+  2/3 legs uptodate  [0-9:]+' \
+  "$tmpdir/screen"
+test "$(grep -c 'resync' "$tmpdir/screen")" -eq 1
+test "$(grep -c . "$tmpdir/screen")" -eq 2
+
 "$NBDREP" set "$ctl" resync-rate 0
 timeout 30 "$NBDREP" watch "$ctl" --until-idle --interval=0.2 \
   >"$tmpdir/until"
 test "$(tail -n 1 "$tmpdir/until")" = idle
 test "$(leg_state "$ctl" 2)" = uptodate
+# The terminal's bar gave way to "idle" in place.
+wait_until 10 screen_has '^idle$'
+screen >"$tmpdir/screen"
+cat "$tmpdir/screen"
+grep -Eqx 'volume healthy  generation [0-9]+  3/3 legs uptodate  [0-9:]+' \
+  "$tmpdir/screen"
+test "$(grep -c . "$tmpdir/screen")" -eq 2
+tmux -S "$tmpdir/tmux.sock" kill-server
 status_check "$ctl" "s['volume']['state'] == 'healthy' and
   s['volume']['uptodate'] == 3 and leg(2)['slot'] is not None and
   leg(2)['slot'] not in (leg(0)['slot'], leg(1)['slot']) and
@@ -257,3 +283,16 @@ compare_legs_equal "$size" "$r1_uri" "$r0_uri"
 expect_refusal 1 "^nbdrep: add-leg: .*nowhere\.sock.*: No such file or directory$" \
   add "$ctl" "nbd+unix:///?socket=$tmpdir/nowhere.sock"
 status_check "$ctl" "s['volume']['legs'] == 4 and len(s['legs']) == 4"
+
+# --- Add to a volume whose metadata slots are all taken (max-legs=2):
+# the leg can never join, so the add is refused at once (exit 1) and no
+# leg is added.
+start_replica 4 64M
+start_replica 5 64M
+start_replica 6 64M
+start_controller e "$PLUGIN" "$r4_uri" "$r5_uri" control="$tmpdir/e.ctl" \
+  max-legs=2
+wait_volume_state 30 "$tmpdir/e.ctl" healthy
+expect_refusal 1 '^nbdrep: add-leg: .*max-legs=2' add "$tmpdir/e.ctl" "$r6_uri"
+status_check "$tmpdir/e.ctl" "s['volume']['legs'] == 2 and
+  s['volume']['state'] == 'healthy'"

@@ -7,10 +7,11 @@
 #  - `nbdrep fail CTL 1` with the activity log cold: leg 1 is failed at
 #    once ("failed by the operator", generation bumped, volume degraded);
 #    its replica is then taken down for maintenance and writes go on
-#    (4 unaligned writes spanning 5 + 16 + 1 + 2 chunks); the replica
-#    comes back and the controller reconnects it by itself, with no
-#    nbdrep command: an incremental resync of exactly the chunks written
-#    meanwhile (24 * 64 KiB), then uptodate;
+#    (6 writes spanning 5 + 16 + 1 + 2 + 1 + 1 chunks, the last two in one
+#    copy run with a gap); the replica comes back
+#    and the controller reconnects it by itself, with no nbdrep
+#    command: an incremental resync of exactly the chunks written
+#    meanwhile (26 * 64 KiB, each copied once), then uptodate;
 #  - `nbdrep resync CTL 1` of the uptodate leg is refused (exit 1, with
 #    the message saying to ask for a full resync); `nbdrep resync CTL 1
 #    --full` rebuilds it: syncing (kind full, total the volume size),
@@ -28,6 +29,7 @@ source ./functions.sh
 set -euo pipefail
 set -x
 source "$abs_top_srcdir/tests/fault-functions.sh"
+source "$abs_top_srcdir/tests/admin-functions.sh"
 
 requires_nbdsh
 requires_nbdinfo
@@ -43,24 +45,6 @@ start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" "$r2_uri" \
 wait_volume_state 30 "$ctl" healthy
 size=$("$NBDINFO" --size "$c_uri")
 new_expected "$tmpdir/expected" "$c_uri"
-
-# expect_refusal STATUS PATTERN NBDREP-ARGS...: nbdrep must exit with
-# STATUS and print a line matching the grep PATTERN on stderr.
-expect_refusal ()
-{
-  local status=$1 pattern=$2 rc=0
-  shift 2
-  "$NBDREP" "$@" >"$tmpdir/out" 2>"$tmpdir/err" || rc=$?
-  cat "$tmpdir/out" "$tmpdir/err"
-  if [ "$rc" -ne "$status" ]; then
-    echo "$0: nbdrep $*: exit status $rc, expected $status" >&2
-    return 1
-  fi
-  if ! grep -q -- "$pattern" "$tmpdir/err"; then
-    echo "$0: nbdrep $*: stderr does not match: $pattern" >&2
-    return 1
-  fi
-}
 
 write_random "$c_uri" "$tmpdir/expected" 0 $(( 16 * MiB ))
 write_random "$c_uri" "$tmpdir/expected" $(( 48 * MiB )) $(( 4 * MiB ))
@@ -83,12 +67,16 @@ grep -Eq '^1 +failed +- ' "$tmpdir/status"
 writes1=$(nbdrep_status_get "$ctl" 's["legs"][1]["writes"]')
 
 # Writes go on while it is away: 256 KiB at an unaligned offset (5
-# chunks), 1 MiB aligned (16), 4 KiB (1), 68 KiB across a boundary (2).
+# chunks), 1 MiB aligned (16), 4 KiB (1), 68 KiB across a boundary (2),
+# and two chunks of one 1 MiB copy run with a clean chunk between them
+# (each copied once).
 write_random "$c_uri" "$tmpdir/expected" $(( 8 * MiB + 100 * KiB )) $(( 256 * KiB ))
 write_random "$c_uri" "$tmpdir/expected" $(( 40 * MiB )) $MiB
 write_random "$c_uri" "$tmpdir/expected" $(( 20 * MiB + 4 * KiB )) $(( 4 * KiB ))
 write_random "$c_uri" "$tmpdir/expected" $(( 30 * MiB + 60 * KiB )) $(( 68 * KiB ))
-missed=$(( 24 * chunk ))
+write_random "$c_uri" "$tmpdir/expected" $(( 44 * MiB )) $(( 4 * KiB ))
+write_random "$c_uri" "$tmpdir/expected" $(( 44 * MiB + 128 * KiB )) $(( 4 * KiB ))
+missed=$(( 26 * chunk ))
 status_check "$ctl" "leg(1)['state'] == 'failed' and
   leg(1)['writes'] == $writes1 and s['volume']['state'] == 'degraded'"
 
@@ -128,19 +116,20 @@ status_check "$ctl" "leg(1)['last_resync']['kind'] == 'full' and
 compare_legs "$tmpdir/expected" "$r0_uri" "$r1_uri" "$r2_uri"
 
 # --- A syncing leg can be failed: it comes back and resumes where its
-# last checkpoint (every 2 s) left it, incrementally.  At 16 MiB/s it
-# has checkpointed about 32 MiB when 40 MiB are done.
-"$NBDREP" set "$ctl" resync-rate 16M
+# last checkpoint (every 2 s) left it, incrementally.  The volume's
+# first 16 MiB are data (sparse regions are not charged to the rate):
+# at 4 MiB/s, 12 MiB done is 3 s in, past a checkpoint of about 8 MiB.
+"$NBDREP" set "$ctl" resync-rate 4M
 "$NBDREP" resync "$ctl" 2 --full
-wait_until 10 status_check "$ctl" "leg(2)['state'] == 'syncing' and
-  leg(2)['resync'] is not None and leg(2)['resync']['done'] >= 40 * $MiB"
+wait_until 20 status_check "$ctl" "leg(2)['state'] == 'syncing' and
+  leg(2)['resync'] is not None and leg(2)['resync']['done'] >= 12 * $MiB"
 "$NBDREP" fail "$ctl" 2
 status_check "$ctl" "leg(2)['state'] == 'failed' and
   leg(2)['last_error'] == 'failed by the operator'"
 wait_until 10 status_check "$ctl" "leg(2)['state'] == 'syncing' and
   leg(2)['resync'] is not None and leg(2)['resync']['total'] > 0"
 status_check "$ctl" "leg(2)['resync']['kind'] == 'incremental' and
-  leg(2)['resync']['total'] <= $size - 16 * $MiB"
+  leg(2)['resync']['total'] <= $size - 4 * $MiB"
 "$NBDREP" set "$ctl" resync-rate 0
 wait_leg_state 40 "$ctl" 2 uptodate
 wait_volume_state 10 "$ctl" healthy
@@ -157,3 +146,12 @@ status_check "$ctl" "leg(2)['state'] == 'removed' and
   s['volume']['state'] == 'healthy' and s['volume']['uptodate'] == 2"
 write_random "$c_uri" "$tmpdir/expected" $(( 2 * MiB )) $(( 64 * KiB ))
 compare_legs "$tmpdir/expected" "$r0_uri" "$r1_uri"
+
+# --- Errors: the last uptodate leg cannot be failed (like md, which
+# keeps its last in-sync disk): with leg 1 failed, leg 0 is the last.
+"$NBDREP" fail "$ctl" 1
+kill_replica 1
+status_check "$ctl" "leg(1)['state'] == 'failed' and s['volume']['uptodate'] == 1"
+expect_refusal 1 '^nbdrep: fail-leg: leg 0 is the last uptodate leg: failing it would fail the volume$' \
+  fail "$ctl" 0
+status_check "$ctl" "leg(0)['state'] == 'uptodate'"

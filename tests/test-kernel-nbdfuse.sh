@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # ext4 on this machine's kernel over the controller, without nbd.ko: three
-# file replicas, the controller (plugin shape, timeout=2), nbdfuse
+# file replicas, the controller (plugin shape, timeout=5), nbdfuse
 # exposing its export as a file, a loop device (direct I/O) over that file,
 # mkfs.ext4 and mount.  The shared file workload (kernel/workload.sh:
 # a few thousand real files copied, renamed and deleted, fsync'd files, a
@@ -111,13 +111,19 @@ leg_field ()
   nbdrep_status_get "$ctl" "next(l for l in s['legs'] if l['index'] == $1)$2"
 }
 
+# al_cold: is the controller's activity log empty?
+al_cold ()
+{
+  [ "$(nbdrep_status_get "$ctl" 's["volume"]["activity_log"]["hot"]')" -eq 0 ]
+}
+
 start=$SECONDS
 "$workload" corpus "$tmpdir/corpus"
 
 # Three 256 MiB file legs and the controller.
 for i in 0 1 2; do start_replica "$i" --file 256M; done
 start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" "$r2_uri" \
-  control="$ctl" timeout=2
+  control="$ctl" timeout=5
 wait_for test -S "$ctl"
 wait_volume_state 30 "$ctl" healthy
 size=$("$NBDINFO" --size "$c_uri")
@@ -133,6 +139,11 @@ loop=$(losetup -f --show --direct-io=on "$fuse/disk")
 losetup --list --noheadings -O DIO "$loop"
 mkfs.ext4 -q -F "$loop"
 mount "$loop" "$mnt"
+# mkfs discards the whole device: let the activity log cool, so that the
+# resync measures what the workload did, not the mkfs (a leg that fails
+# gets back every extent that is hot at that moment).
+sync -f "$mnt"
+wait_until 60 al_cold
 
 # The workload, holding at the two points where leg 1 is killed and
 # restarted; in a process group of its own, so that the cleanup can stop
@@ -162,9 +173,15 @@ wait_volume_state 30 "$ctl" healthy
 kind=$(leg_field 1 "['last_resync']['kind']")
 bytes=$(leg_field 1 "['last_resync']['bytes']")
 seconds=$(leg_field 1 "['last_resync']['seconds']")
+zeroed=$(leg_field 1 "['last_resync'].get('zeroed')")
 test "$kind" = incremental
 test "$bytes" -gt 0
-test "$bytes" -lt "$size"
+# A resync covers each out-of-sync chunk once: never more than the volume.
+if [ $(( bytes + zeroed )) -gt "$size" ]; then
+  echo "$0: leg 1's resync copied $bytes bytes and zeroed $zeroed:" \
+       "more than the $size-byte volume" >&2
+  exit 1
+fi
 
 # No error reached ext4; everything reads back after a remount; fsck.
 test "$(cat "/sys/fs/ext4/${loop#/dev/}/errors_count")" -eq 0
@@ -195,10 +212,14 @@ fusermount3 -u "$fuse"
 _wait_gone "$nbdfuse_pid" 30
 wait "$nbdfuse_pid"
 nbdfuse_pid=
+# (A leg that timed out under load must be back and resynced first.)
+wait_volume_state 120 "$ctl" healthy
+errors=$(nbdrep_status_get "$ctl" '",".join(str(l["errors"]) for l in s["legs"])')
 stop_controller c
 for i in 1 2; do cmp -n "$size" "$tmpdir/r0.img" "$tmpdir/r$i.img"; done
 
 echo "KERNEL-TEST nbdfuse-loop: $(sed -n 's/^WORKLOAD //p' "$tmpdir/workload.out")"
 echo "KERNEL-TEST nbdfuse-loop: resync leg=1 kind=$kind bytes=$bytes" \
-     "seconds=$seconds volume_bytes=$size legs_identical=yes $fio_line" \
+     "zeroed=$zeroed seconds=$seconds volume_bytes=$size legs_identical=yes" \
+     "leg_errors=$errors $fio_line" \
      "test_seconds=$(( SECONDS - start ))"

@@ -5,7 +5,7 @@
 # 256 MiB file legs holding 128 MiB of data:
 #
 #  - the cap: with resync-rate=16M a full rebuild of leg 1 (256 MiB to
-#    go over, holes included) is still syncing after 4 s and has done
+#    go over, holes included) is still syncing after 6 s and has done
 #    no more than 16 MiB/s allows (plus the runs the lanes reserve
 #    ahead), yet has made progress; `nbdrep set CTL resync-rate 0`
 #    mid-way lets it finish within a few seconds (an unthrottled copy of
@@ -14,7 +14,8 @@
 #    writes continuously through the controller, the rebuild runs at
 #    about the floor (measured over 3 s: between 4 and 40 MiB/s); once
 #    fio has stopped it runs faster than 40 MiB/s and finishes.  The
-#    floor is changed at run time too (`nbdrep set` resync-min-rate).
+#    floor lowered to 1M at run time (`nbdrep set`) during a rebuild
+#    under load slows it to about that (0.25 to 3 MiB/s over 2 s).
 #  - a low cap (256 KiB/s: 4 s a 1 MiB run) lifted with `nbdrep set`
 #    takes effect at once (the copy does not sleep out slots reserved
 #    at the old rate), and removing a leg that syncs that slowly returns
@@ -99,7 +100,7 @@ start_full_rebuild ()
 status_check "$ctl" "s['volume']['resync_rate'] == 16 * $MiB"
 start=$(now_us)
 start_full_rebuild
-sleep 4
+sleep 6
 read -r d1 t1 < <(resync_done)
 elapsed=$(( t1 - start ))
 echo "cap: $d1 bytes in $elapsed us"
@@ -124,13 +125,30 @@ oracle
 "$NBDREP" set "$ctl" resync-min-rate 8M
 status_check "$ctl" "s['volume']['resync_rate'] == 0 and
   s['volume']['resync_min_rate'] == 8 * $MiB"
-# fio writes continuously (a request every few ms) for 7 s.
-w=$(nbdrep_status_get "$ctl" 's["legs"][0]["writes"]')
-fio --name=load --ioengine=nbd "--uri=$c_uri" --rw=randwrite --bs=64k \
-  --size=64M --time_based --runtime=7 --rate=,4m \
-  --output="$tmpdir/load.txt" &
-fio_pid=$!
-wait_until 10 status_check "$ctl" "leg(0)['writes'] > $w + 10"
+
+# load SECS: fio writes continuously through the controller (a request
+# every few ms) for SECS seconds, in the background (pid in fio_pid).
+load ()
+{
+  local w
+  w=$(nbdrep_status_get "$ctl" 's["legs"][0]["writes"]')
+  fio --name=load --ioengine=nbd "--uri=$c_uri" --rw=randwrite --bs=64k \
+    --size=64M --time_based --runtime="$1" --rate=,4m \
+    --output="$tmpdir/load.txt" &
+  fio_pid=$!
+  wait_until 10 status_check "$ctl" "leg(0)['writes'] > $w + 10"
+}
+
+# end_load: wait for the load to end; it must have seen no error.
+end_load ()
+{
+  local rc=0
+  wait "$fio_pid" || rc=$?
+  cat "$tmpdir/load.txt"
+  test "$rc" -eq 0
+}
+
+load 7
 start_full_rebuild
 sleep 0.5
 read -r d0 t0 < <(resync_done)
@@ -142,11 +160,7 @@ echo "under load: $loaded MiB/s"
 python3 -c "import sys; r = float(sys.argv[1]); sys.exit(not 4 <= r <= 40)" \
   "$loaded"
 status_check "$ctl" "leg(1)['state'] == 'syncing'"
-
-fio_rc=0
-wait "$fio_pid" || fio_rc=$?
-cat "$tmpdir/load.txt"
-test "$fio_rc" -eq 0
+end_load
 # No client now: the rest goes much faster than the floor.
 read -r d2 t2 < <(resync_done)
 test "$d2" -lt $(( size - 64 * MiB ))
@@ -158,27 +172,22 @@ status_check "$ctl" "leg(1)['last_resync']['kind'] == 'full' and
   s['volume']['state'] == 'healthy'"
 oracle
 
-# --- The floor changed at run time, under load: 1 MiB/s.
-"$NBDREP" set "$ctl" resync-min-rate 1M
-fio --name=load2 --ioengine=nbd "--uri=$c_uri" --rw=randwrite --bs=64k \
-  --size=64M --time_based --runtime=5 --rate=,4m \
-  --output="$tmpdir/load2.txt" &
-fio_pid=$!
-sleep 1
+# --- The floor lowered at run time, during a rebuild under load, to
+# 1 MiB/s: the copy follows.
+load 5
 start_full_rebuild
+"$NBDREP" set "$ctl" resync-min-rate 1M
 sleep 0.5
 read -r d0 t0 < <(resync_done)
 sleep 2
 read -r d1 t1 < <(resync_done)
+kill -0 "$fio_pid"
 slow=$(rate_between "$d0" "$t0" "$d1" "$t1")
 echo "floor 1M under load: $slow MiB/s"
-python3 -c "import sys; r = float(sys.argv[1]); sys.exit(not 0.25 <= r <= 5)" \
+python3 -c "import sys; r = float(sys.argv[1]); sys.exit(not 0.25 <= r <= 3)" \
   "$slow"
-fio_rc=0
-wait "$fio_pid" || fio_rc=$?
-test "$fio_rc" -eq 0
+end_load
 wait_leg_state 20 "$ctl" 1 uptodate
-oracle
 
 # --- A low cap takes effect both ways at once.  At 256 KiB/s a 1 MiB
 # run is 4 s: lifting the cap must not leave the copy asleep on slots

@@ -22,6 +22,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,19 @@ check_new_uri (struct volume *v, const char *uri, char *err, size_t errlen)
   return 0;
 }
 
+/* Is a metadata slot free for a new member? */
+static bool
+free_slot_exists (struct volume *v)
+{
+  unsigned s;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
+
+  for (s = 0; s < v->cfg.max_legs; ++s)
+    if (!(v->sb.slots[s].flags & SLOT_ASSIGNED))
+      return true;
+  return false;
+}
+
 /* Add a leg: connect it and judge it before it is published, so that
  * the operator hears at once of an unreachable leg or one of another
  * volume; then start its resync.  Returns its index, or -1 with the
@@ -80,14 +94,29 @@ volume_add_leg (struct volume *v, const char *uri, char *err, size_t errlen)
     snprintf (err, errlen, "out of memory");
     return -1;
   }
+  pthread_mutex_init (&l->conns_lock, NULL);
   l->v = v;
   l->index = (unsigned) n;
   l->uri = l->owned_uri;
   l->slot = -1;
   atomic_store (&l->state, LEG_FAILED);
   verdict = monitor_examine_leg (v, l, err, errlen);
+  if (verdict == V_UNREACHABLE || verdict == V_REFUSE) {
+    char why[256];
+    snprintf (why, sizeof why, "%s", err);
+    snprintf (err, errlen, "%s: %s%s", uri,
+              verdict == V_UNREACHABLE ? "cannot reach it: " : "", why);
+  }
+  else if (v->metadata && l->slot < 0 && !free_slot_exists (v)) {
+    snprintf (err, errlen, "no free metadata slot (max-legs=%u, fixed when "
+              "the volume was created): remove a leg first",
+              v->cfg.max_legs);
+    verdict = V_REFUSE;
+  }
   if (verdict == V_REFUSE || verdict == V_UNREACHABLE) {
+    leg_close (l);
     free (l->owned_uri);
+    pthread_mutex_destroy (&l->conns_lock);
     memset (l, 0, sizeof *l);
     return -1;
   }
@@ -197,8 +226,9 @@ volume_remove_leg (struct volume *v, unsigned index, char *err, size_t errlen)
   return 0;
 }
 
-/* Change a rate (resync-rate, resync-min-rate, verify-rate).  Returns 0
- * or -1 with the reason.
+/* Change a rate (resync-rate, resync-min-rate, verify-rate).  A floor
+ * above the cap is refused; lowering the cap below the floor lowers the
+ * floor with it.  Returns 0 or -1 with the reason.
  */
 int
 volume_set (struct volume *v, const char *key, const char *value,
@@ -222,6 +252,15 @@ volume_set (struct volume *v, const char *key, const char *value,
     snprintf (err, errlen, "%s=%s: not a size", key, value);
     return -1;
   }
+  if (dst == &v->resync_min_rate && atomic_load (&v->resync_rate) != 0 &&
+      n > atomic_load (&v->resync_rate)) {
+    snprintf (err, errlen, "resync-min-rate may not be larger than "
+              "resync-rate (%" PRIu64 ")", atomic_load (&v->resync_rate));
+    return -1;
+  }
+  if (dst == &v->resync_rate && n != 0 &&
+      atomic_load (&v->resync_min_rate) > n)
+    atomic_store (&v->resync_min_rate, n);     /* the floor follows the cap */
   atomic_store (dst, n);
   nbdkit_debug ("%s set to %s by the operator", key, value);
   return 0;

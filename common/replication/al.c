@@ -260,7 +260,8 @@ compare_u32 (const void *a, const void *b)
  * committer role.
  */
 static uint16_t
-write_log (struct al *al, uint16_t legs, uint32_t nr, int *errs)
+write_log (struct al *al, uint16_t legs, uint32_t nr, int *errs,
+           unsigned *epochs)
 {
   struct volume *v = al->v;
   struct ioreq r;
@@ -285,6 +286,7 @@ write_log (struct al *al, uint16_t legs, uint32_t nr, int *errs)
   ioreq_wait_fua (&r);
   for (i = 0; i < v->nr_legs; ++i) {
     errs[i] = (legs & (1u << i)) ? ioreq_leg_error (&r, i) : 0;
+    epochs[i] = r.epoch[i];
     if (errs[i] != 0)
       failed |= 1u << i;
   }
@@ -315,14 +317,15 @@ refused_alike (uint16_t legs, const int *errs)
 
 /* Fail the legs the activity log could not be written to. */
 static void
-fail_legs (struct volume *v, uint16_t legs, const int *errs)
+fail_legs (struct volume *v, uint16_t legs, const int *errs,
+           const unsigned *epochs)
 {
   unsigned i;
 
   for (i = 0; i < v->nr_legs; ++i)
     if (legs & (1u << i))
-      volume_fail_leg (v, &v->legs[i], "activity log write failed: %s",
-                       strerror (errs[i]));
+      volume_fail_leg (v, &v->legs[i], epochs[i],
+                       "activity log write failed: %s", strerror (errs[i]));
 }
 
 /* Take the committer role, waiting for it.  Lock held. */
@@ -365,6 +368,7 @@ commit_locked (struct al *al, uint16_t legs)
 {
   uint32_t nr, nr_pending = 0, i;
   int errs[MAX_LEGS], refused;
+  unsigned epochs[MAX_LEGS];
   uint16_t failed;
 
   take_role (al);
@@ -378,10 +382,10 @@ commit_locked (struct al *al, uint16_t legs)
   pthread_mutex_unlock (&al->lock);
   if (legs == 0)
     legs = MB_WRITING (membership_load (al->v));
-  failed = write_log (al, legs, nr, errs);
+  failed = write_log (al, legs, nr, errs, epochs);
   refused = failed ? refused_alike (legs, errs) : 0;
   if (!refused)
-    fail_legs (al->v, failed, errs);
+    fail_legs (al->v, failed, errs, epochs);
   pthread_mutex_lock (&al->lock);
 
   settle_pending (al, nr_pending, refused);
@@ -452,6 +456,7 @@ uint16_t
 al_write_to (struct al *al, uint16_t legs)
 {
   int errs[MAX_LEGS];
+  unsigned epochs[MAX_LEGS];
   uint16_t failed;
   uint32_t nr;
 
@@ -462,7 +467,7 @@ al_write_to (struct al *al, uint16_t legs)
   qsort (al->sorted, nr, sizeof *al->sorted, compare_u32);
   pthread_mutex_unlock (&al->lock);
 
-  failed = write_log (al, legs, nr, errs);
+  failed = write_log (al, legs, nr, errs, epochs);
 
   pthread_mutex_lock (&al->lock);
   al->committing = false;

@@ -7,8 +7,10 @@
  * leg that says nothing (0) constrains nothing.  What the client sees
  * then gets a floor and defaults: minimum 1, preferred at least 4096
  * (what nbd-client -b 4096 and the page cache use), maximum 32 MiB
- * when no leg gives one (a power of two, as nbdublk needs), and the
- * preferred size clamped between the two.
+ * when no leg gives one, and the preferred size clamped between the
+ * two.  The maximum is rounded down to a power of two (legal NBD either
+ * way, but nbdublk refuses a server whose maximum is not one), unless
+ * that would take it below the minimum.
  *
  * Trim is forwarded as write-zeroes that may punch holes, so it is
  * advertised only if every leg zeroes natively: emulating it with
@@ -41,6 +43,13 @@ caps_combine (const struct leg_caps *const *legs, size_t n,
   }
 }
 
+/* The largest power of two not above x (x > 0). */
+static uint32_t
+pow2_floor (uint32_t x)
+{
+  return UINT32_C (1) << (31 - __builtin_clz (x));
+}
+
 /* The block sizes the client is told (see the design note). */
 void
 caps_block_size (const struct caps_summary *c, uint32_t *minimum,
@@ -48,6 +57,8 @@ caps_block_size (const struct caps_summary *c, uint32_t *minimum,
 {
   *minimum = c->min_block ? c->min_block : 1;
   *maximum = c->max_block ? c->max_block : 32 * 1024 * 1024;
+  if (pow2_floor (*maximum) >= *minimum)
+    *maximum = pow2_floor (*maximum);
   *preferred = c->pref_block > 4096 ? c->pref_block : 4096;
   if (*preferred < *minimum)
     *preferred = *minimum;

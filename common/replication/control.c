@@ -94,6 +94,7 @@ cmd_fail_leg (struct volume *v, json_t *req)
   json_t *reply = NULL;
   struct leg *l = leg_arg (v, req, &reply);
   enum leg_state st;
+  uint16_t up;
 
   if (l == NULL)
     return reply;
@@ -101,7 +102,15 @@ cmd_fail_leg (struct volume *v, json_t *req)
   if (st != LEG_UPTODATE && st != LEG_SYNCING)
     return error_reply ("leg %u is %s, not uptodate or syncing", l->index,
                         leg_state_name (st));
-  volume_fail_leg (v, l, "failed by the operator");
+  up = MB_UPTODATE (membership_load (v)) & ~(1u << l->index);
+  if (st == LEG_UPTODATE && up == 0)
+    return error_reply ("leg %u is the last uptodate leg: failing it would "
+                        "fail the volume", l->index);
+  if (st == LEG_UPTODATE && (unsigned) __builtin_popcount (up) < v->quorum)
+    return error_reply ("failing leg %u would leave fewer uptodate legs "
+                        "than quorum (the volume would turn read-only)",
+                        l->index);
+  volume_fail_leg (v, l, EPOCH_ANY, "failed by the operator");
   return json_pack ("{s:b}", "ok", 1);
 }
 
@@ -125,7 +134,7 @@ cmd_resync (struct volume *v, json_t *req)
   if (st == LEG_REMOVED)
     return error_reply ("leg %u is removed", l->index);
   if (st == LEG_UPTODATE || st == LEG_SYNCING)
-    volume_fail_leg (v, l, "resync requested by the operator");
+    volume_fail_leg (v, l, EPOCH_ANY, "resync requested by the operator");
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
     l->force_full |= full;
@@ -200,11 +209,14 @@ cmd_verify (struct volume *v, json_t *req)
     return error_reply ("verify: unknown action \"%s\"", action);
   if (from && !json_is_null (from) && !json_is_integer (from))
     return error_reply ("verify: \"repair_from\" must be a leg index");
-  if (json_is_integer (rate))
-    atomic_store (&v->verify_rate, (uint64_t) json_integer_value (rate));
+  if (rate && !json_is_null (rate) &&
+      (!json_is_integer (rate) || json_integer_value (rate) < 0))
+    return error_reply ("verify: \"rate\" must be bytes per second");
   return result (verify_start (v, json_is_true (json_object_get (req, "repair")),
                                json_is_integer (from)
                                ? (int) json_integer_value (from) : -1,
+                               json_is_integer (rate)
+                               ? json_integer_value (rate) : -1,
                                err, sizeof err), err);
 }
 

@@ -23,6 +23,7 @@
 #ifndef REPLICATE_INTERNAL_H
 #define REPLICATE_INTERNAL_H
 
+#include <limits.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdatomic.h>
@@ -100,6 +101,7 @@ struct conn {
   _Atomic bool dead;        /* out of epoll: the connection died */
   _Atomic unsigned inflight;
   _Atomic unsigned unretired;  /* failed commands libnbd still holds */
+  struct ioreq *_Atomic wake_list;   /* completed, issuer not woken yet */
 };
 
 #define MAX_CONNS 64
@@ -143,6 +145,8 @@ struct leg {
   unsigned nr_conns;
   _Atomic bool open;
   _Atomic unsigned users;
+  _Atomic unsigned epoch;               /* +1 at every leg_open */
+  pthread_mutex_t conns_lock;           /* conns[] against leg_shutdown */
   _Atomic unsigned inflight;            /* requests in flight (least-busy) */
   struct leg_caps caps;
 
@@ -276,9 +280,11 @@ struct ioreq {
   uint32_t timed_out;       /* legs failed by the timeout */
   uint32_t fua_emulate;     /* legs that need a flush for FUA */
   int err[MAX_LEGS];        /* per leg: 0 or errno */
+  unsigned epoch[MAX_LEGS]; /* per leg: its connections' epoch at issue */
   struct ioslot slots[MAX_LEGS];
   extent_fn ext_fn;         /* OP_EXTENTS: where extents go */
   void *ext_opaque;
+  struct ioreq *next_wake;  /* on a connection's wake list */
 };
 
 /* ---- functions shared between engine files ---------------------------- */
@@ -338,7 +344,7 @@ extern void ioreq_submit (struct ioreq *r, struct leg *l,
 extern void ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
                              const struct leg_cmd *cmd);
 extern void ioreq_wait (struct ioreq *r);
-extern void ioreq_wake_deferred (void);
+extern void conn_wake_deferred (struct conn *c);
 extern void ioreq_wait_fua (struct ioreq *r);
 extern int ioreq_leg_error (const struct ioreq *r, unsigned li);
 extern void ioreq_destroy (struct ioreq *r);
@@ -355,11 +361,14 @@ extern void volume_change_begin (struct volume *v);
 extern void volume_change_end (struct volume *v);
 extern void volume_wait_changes (struct volume *v);
 extern void volume_wake_monitor (struct volume *v);
+/* An epoch that matches any connection of a leg (operator actions). */
+#define EPOCH_ANY UINT_MAX
 extern bool volume_mark_failed (struct volume *v, struct leg *l,
-                                const char *reason, bool *was_uptodate);
-extern void volume_fail_leg (struct volume *v, struct leg *l,
+                                unsigned epoch, const char *reason,
+                                bool *was_uptodate);
+extern void volume_fail_leg (struct volume *v, struct leg *l, unsigned epoch,
                              const char *fs, ...)
-  __attribute__ ((format (printf, 3, 4)));
+  __attribute__ ((format (printf, 4, 5)));
 
 /* io.c */
 extern int io_flush_legs (struct volume *v, uint16_t legs, int *err);

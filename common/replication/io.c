@@ -112,7 +112,8 @@ judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
     }
     if (first_err == 0)
       first_err = e;
-    volume_fail_leg (v, &v->legs[i], "%s failed: %s", what, strerror (e));
+    volume_fail_leg (v, &v->legs[i], r->epoch[i], "%s failed: %s", what,
+                     strerror (e));
   }
   took &= uptodate & MB_UPTODATE (membership_load (v));
   if ((unsigned) __builtin_popcount (took) >= v->quorum)
@@ -303,6 +304,7 @@ read_from_legs (struct volume *v, const struct leg_cmd *cmd, int *err)
   for (;;) {
     uint16_t up = MB_UPTODATE (membership_load (v));
     struct ioreq r;
+    unsigned epoch;
     int li, e;
 
     li = choose_read_leg (v, up & ~tried);
@@ -314,6 +316,7 @@ read_from_legs (struct volume *v, const struct leg_cmd *cmd, int *err)
     ioreq_submit (&r, &v->legs[li], cmd);
     ioreq_wait (&r);
     e = ioreq_leg_error (&r, (unsigned) li);
+    epoch = r.epoch[li];
     ioreq_destroy (&r);
     if (e == 0)
       return 0;
@@ -327,7 +330,8 @@ read_from_legs (struct volume *v, const struct leg_cmd *cmd, int *err)
       *err = errno_for_client (e);
       return -1;
     }
-    volume_fail_leg (v, &v->legs[li], "read failed: %s", strerror (e));
+    volume_fail_leg (v, &v->legs[li], epoch, "read failed: %s",
+                     strerror (e));
   }
 }
 

@@ -138,37 +138,34 @@ count_request (struct leg *l, const struct leg_cmd *cmd)
   }
 }
 
-/* Wake-ups of issuers, deferred by completion callbacks until the
+/* Wake-ups of issuers are deferred by completion callbacks until the
  * thread that ran them has let go of the libnbd handle lock: a callback
  * runs with that lock held, and a futex wake inside it would make every
- * worker issuing on the same connection wait for it.  Whoever calls a
- * libnbd function that can run callbacks (the pollers' notify calls,
- * the workers' aio calls, which run them when a connection dies) calls
- * ioreq_wake_deferred afterwards.
- */
-#define MAX_DEFERRED 128
-static _Thread_local struct ioreq *deferred[MAX_DEFERRED];
-static _Thread_local unsigned nr_deferred;
-
-/* Post the semaphores of the requests completed by this thread's
- * callbacks.
+ * worker issuing on the same connection wait for it.  The callback
+ * pushes the request on its connection's wake list (a lock-free stack);
+ * whoever called the libnbd function that ran it (the poller's notify
+ * calls, or a worker's aio call, which runs callbacks when the
+ * connection dies under it) drains the list afterwards.
  */
 void
-ioreq_wake_deferred (void)
+conn_wake_deferred (struct conn *c)
 {
-  unsigned i, n = nr_deferred;
+  struct ioreq *r = atomic_exchange (&c->wake_list, NULL);
 
-  nr_deferred = 0;
-  for (i = 0; i < n; ++i)
-    sem_post (&deferred[i]->sem);
+  while (r) {
+    struct ioreq *next = r->next_wake;   /* r may be gone once posted */
+    sem_post (&r->sem);
+    r = next;
+  }
 }
 
 /* Record one leg's answer and count down; the last answer wakes the
- * issuer, at once or (from a callback) once the handle lock is let go.
- * Nothing may touch r after the final decrement except that wake-up.
+ * issuer, at once or (from a callback on connection c) through c's
+ * wake list.  Nothing may touch r after the final decrement except
+ * that wake-up.
  */
 static void
-finish_leg (struct ioreq *r, unsigned leg, int err, bool in_callback)
+finish_leg (struct ioreq *r, unsigned leg, int err, struct conn *c)
 {
   if (err != 0) {
     r->err[leg] = err;
@@ -178,24 +175,39 @@ finish_leg (struct ioreq *r, unsigned leg, int err, bool in_callback)
   atomic_fetch_or (&r->done, 1u << leg);
   if (atomic_fetch_sub (&r->pending, 1) != 1)
     return;
-  if (in_callback && nr_deferred < MAX_DEFERRED)
-    deferred[nr_deferred++] = r;
-  else
+  if (c == NULL) {
     sem_post (&r->sem);
+    return;
+  }
+  r->next_wake = atomic_load (&c->wake_list);
+  while (!atomic_compare_exchange_weak (&c->wake_list, &r->next_wake, r))
+    ;
 }
 
-/* libnbd completion callback (poller thread, handle lock held). */
+/* libnbd completion callback (handle lock held).
+ *
+ * A successful command is retired at once (return 1).  A failed one is
+ * left for the poller to retire (conn->unretired): when a connection
+ * dies while a worker is issuing a command, libnbd 1.14 completes the
+ * command inside the aio call and then reads it again, so it must not
+ * be freed by this callback.
+ */
 static int
 completion (void *user_data, int *error)
 {
   struct ioslot *s = user_data;
   struct ioreq *r = s->req;
+  struct conn *c = s->conn;
   struct leg *l = &r->v->legs[s->leg];
+  int err = *error;
+
   count_latency (&l->stats, (now_ns () - s->start_ns) / 1000);
-  atomic_fetch_sub (&s->conn->inflight, 1);
+  if (err != 0)
+    atomic_fetch_add (&c->unretired, 1);
+  atomic_fetch_sub (&c->inflight, 1);
   atomic_fetch_sub (&l->inflight, 1);
-  finish_leg (r, s->leg, *error, true);
-  return 1;
+  finish_leg (r, s->leg, err, c);
+  return err == 0;
 }
 
 /* libnbd extent callback: pass base:allocation extents to the request's
@@ -332,6 +344,7 @@ ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
   struct ioslot *s = &r->slots[li];
 
   r->issued |= 1u << li;
+  r->epoch[li] = atomic_load (&l->epoch);
   atomic_fetch_add (&r->pending, 1);
   count_request (l, cmd);
   if ((cmd->flags & ENGINE_FLAG_FUA) && !l->caps.can_fua &&
@@ -343,21 +356,21 @@ ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
   }
   if (cmd->op == OP_EXTENTS && !l->caps.can_extents) {
     int e = cmd->fn (cmd->fn_opaque, cmd->offset, cmd->count, 0);
-    finish_leg (r, li, e == -1 ? EIO : 0, false);
+    finish_leg (r, li, e == -1 ? EIO : 0, NULL);
     return;
   }
   if ((cmd->op == OP_ZERO && !l->caps.can_zero && zeroes () == NULL) ||
       (cmd->op == OP_FLUSH && !l->caps.can_flush) ||
       (cmd->op == OP_CACHE && !l->caps.can_cache)) {
-    finish_leg (r, li, cmd->op == OP_ZERO ? ENOMEM : 0, false);
+    finish_leg (r, li, cmd->op == OP_ZERO ? ENOMEM : 0, NULL);
     return;
   }
   if (l->local) {
-    finish_leg (r, li, run_local (l, cmd), false);
+    finish_leg (r, li, run_local (l, cmd), NULL);
     return;
   }
   if (c == NULL && !leg_enter (l)) {
-    finish_leg (r, li, ENOTCONN, false);
+    finish_leg (r, li, ENOTCONN, NULL);
     return;
   }
   if (c == NULL)
@@ -373,11 +386,11 @@ ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
     int e = issue_error (s->conn);
     atomic_fetch_sub (&s->conn->inflight, 1);
     atomic_fetch_sub (&l->inflight, 1);
-    finish_leg (r, li, e, false);
+    finish_leg (r, li, e, NULL);
   }
   else
     conn_kick_if_needed (s->conn);
-  ioreq_wake_deferred ();
+  conn_wake_deferred (s->conn);
   if (c == NULL)
     leg_leave (l);
 }
@@ -389,7 +402,7 @@ ioreq_submit (struct ioreq *r, struct leg *l, const struct leg_cmd *cmd)
   ioreq_submit_on (r, l, NULL, cmd);
 }
 
-/* Add seconds to a monotonic timespec. */
+/* Add seconds to a timespec. */
 static void
 add_seconds (struct timespec *ts, double secs)
 {
@@ -417,10 +430,10 @@ time_out_legs (struct ioreq *r, uint32_t legs, double secs)
   }
 }
 
-/* Wait for the semaphore (posted by the last completion).  The
- * acquire load of the countdown then orders everything every callback
- * wrote before this thread reads it (and tells thread sanitizers so:
- * sem_clockwait is not one of the calls they know).
+/* Wait for the semaphore (posted by the last completion), at most
+ * until deadline (CLOCK_REALTIME; NULL: no limit).  sem_timedwait, not
+ * sem_clockwait: thread sanitizers know it, and so see every write the
+ * callbacks and the wake-up made before this thread goes on.
  */
 static int
 wait_posted (struct ioreq *r, const struct timespec *deadline)
@@ -428,11 +441,8 @@ wait_posted (struct ioreq *r, const struct timespec *deadline)
   int ret;
 
   do
-    ret = deadline ? sem_clockwait (&r->sem, CLOCK_MONOTONIC, deadline)
-                   : sem_wait (&r->sem);
+    ret = deadline ? sem_timedwait (&r->sem, deadline) : sem_wait (&r->sem);
   while (ret == -1 && errno == EINTR);
-  if (ret == 0)
-    (void) atomic_load_explicit (&r->pending, memory_order_acquire);
   return ret;
 }
 
@@ -450,7 +460,7 @@ ioreq_wait (struct ioreq *r)
 
   if (atomic_fetch_sub (&r->pending, 1) == 1)
     return;
-  clock_gettime (CLOCK_MONOTONIC, &deadline);
+  clock_gettime (CLOCK_REALTIME, &deadline);
   add_seconds (&deadline, t);
 
   while (wait_posted (r, &deadline) == -1) {

@@ -139,6 +139,14 @@ connect_first (struct leg *l, double wait, char *err, size_t errlen)
   }
 }
 
+/* Add a connection to the leg's set. */
+static void
+add_conn (struct leg *l, struct conn *c)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->conns_lock);
+  l->conns[l->nr_conns++] = c;
+}
+
 /* Open the connections of an NBD leg. */
 static int
 open_nbd (struct leg *l, double wait, char *err, size_t errlen)
@@ -149,8 +157,7 @@ open_nbd (struct leg *l, double wait, char *err, size_t errlen)
   c = connect_first (l, wait, err, errlen);
   if (c == NULL)
     return -1;
-  l->conns[0] = c;
-  l->nr_conns = 1;
+  add_conn (l, c);
   if (read_nbd_caps (l, c->nbd, err, errlen) == -1)
     goto fail;
   if (!l->caps.can_multi_conn)
@@ -159,13 +166,12 @@ open_nbd (struct leg *l, double wait, char *err, size_t errlen)
     c = conn_connect (l, l->v->cfg.timeout, err, errlen);
     if (c == NULL)
       goto fail;
-    l->conns[l->nr_conns++] = c;
+    add_conn (l, c);
   }
   return 0;
 
  fail:
-  while (l->nr_conns > 0)
-    conn_close (l->conns[--l->nr_conns]);
+  leg_close (l);
   return -1;
 }
 
@@ -183,6 +189,7 @@ leg_open (struct leg *l, double wait, char *err, size_t errlen)
                : open_nbd (l, wait, err, errlen);
   if (r == -1)
     return -1;
+  atomic_fetch_add (&l->epoch, 1);
   if (!l->caps.can_write) {
     snprintf (err, errlen, "the leg is read-only");
     leg_close (l);
@@ -262,6 +269,7 @@ void
 leg_shutdown (struct leg *l)
 {
   unsigned i;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->conns_lock);
 
   atomic_store (&l->open, false);
   for (i = 0; i < l->nr_conns; ++i)
@@ -295,6 +303,12 @@ leg_close (struct leg *l)
   for (i = 0; i < l->nr_conns; ++i)
     while (atomic_load (&l->conns[i]->inflight) > 0)
       pause_1ms ();
-  while (l->nr_conns > 0)
-    conn_close (l->conns[--l->nr_conns]);
+  while (l->nr_conns > 0) {
+    struct conn *c;
+    {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->conns_lock);
+      c = l->conns[--l->nr_conns];
+    }
+    conn_close (c);
+  }
 }

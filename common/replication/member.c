@@ -39,16 +39,16 @@ membership_load (struct volume *v)
   return atomic_load (&v->membership);
 }
 
-/* This thread's stripe of the write counters. */
+/* This thread's stripe of the write counters (from its thread id:
+ * no thread-local storage, which thread sanitizers misjudge in a
+ * dlopen'ed plugin).
+ */
 static unsigned
 my_stripe (void)
 {
-  static _Atomic unsigned next;
-  static _Thread_local unsigned stripe = UINT_MAX;
+  uintptr_t t = (uintptr_t) pthread_self ();
 
-  if (stripe == UINT_MAX)
-    stripe = atomic_fetch_add (&next, 1) % WCOUNT_STRIPES;
-  return stripe;
+  return (unsigned) ((t >> 12) ^ (t >> 20)) % WCOUNT_STRIPES;
 }
 
 /* Take a write ticket and the membership it is valid for.  Returns the
@@ -159,12 +159,14 @@ volume_wake_monitor (struct volume *v)
 }
 
 /* Mark a writing leg failed and publish the new membership.  Returns
- * true if this call changed it (false: it was not writing), and
- * whether it was uptodate.  The caller has begun a change.
+ * true if this call changed it (false: it was not writing, or the
+ * error came from connections of an earlier epoch, closed since: the
+ * leg has been reconnected), and whether it was uptodate.  The caller
+ * has begun a change.
  */
 bool
-volume_mark_failed (struct volume *v, struct leg *l, const char *reason,
-                    bool *was_uptodate)
+volume_mark_failed (struct volume *v, struct leg *l, unsigned epoch,
+                    const char *reason, bool *was_uptodate)
 {
   uint64_t m;
   uint16_t bit = 1u << l->index, absent;
@@ -172,6 +174,8 @@ volume_mark_failed (struct volume *v, struct leg *l, const char *reason,
 
   if (l->state != LEG_UPTODATE && l->state != LEG_SYNCING)
     return false;
+  if (epoch != EPOCH_ANY && epoch != atomic_load (&l->epoch))
+    return false;               /* an error from connections long gone */
   *was_uptodate = l->state == LEG_UPTODATE;
   l->state = LEG_FAILED;
   snprintf (l->last_error, sizeof l->last_error, "%s", reason);
@@ -192,7 +196,8 @@ volume_mark_failed (struct volume *v, struct leg *l, const char *reason,
  * change_lock held.
  */
 void
-volume_fail_leg (struct volume *v, struct leg *l, const char *fs, ...)
+volume_fail_leg (struct volume *v, struct leg *l, unsigned epoch,
+                 const char *fs, ...)
 {
   char reason[256], name[128];
   bool changed, was_uptodate = false;
@@ -203,9 +208,9 @@ volume_fail_leg (struct volume *v, struct leg *l, const char *fs, ...)
   va_end (ap);
 
   volume_change_begin (v);
-  changed = volume_mark_failed (v, l, reason, &was_uptodate);
-  leg_shutdown (l);
+  changed = volume_mark_failed (v, l, epoch, reason, &was_uptodate);
   if (changed) {
+    leg_shutdown (l);
     nbdkit_error ("%s failed: %s", leg_name (l, name, sizeof name), reason);
     meta_record_failure (v, l, was_uptodate);
   }

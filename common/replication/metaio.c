@@ -302,7 +302,7 @@ fail_unreached (struct volume *v, uint16_t failed, const int *errs)
       continue;
     snprintf (reason, sizeof reason, "superblock write failed: %s",
               strerror (errs[i]));
-    if (volume_mark_failed (v, l, reason, &was_uptodate)) {
+    if (volume_mark_failed (v, l, EPOCH_ANY, reason, &was_uptodate)) {
       leg_shutdown (l);
       record_absent (v, l, was_uptodate);
     }
@@ -461,7 +461,7 @@ meta_persist_bitmaps (struct volume *v)
   failed = write_bitmaps (v, up, false);
   for (i = 0; i < v->nr_legs; ++i)
     if (failed & (1u << i))
-      volume_fail_leg (v, &v->legs[i], "bitmap write failed");
+      volume_fail_leg (v, &v->legs[i], EPOCH_ANY, "bitmap write failed");
   return (up & ~failed) ? 0 : -1;
 }
 

@@ -5,7 +5,7 @@
  * at once when the connection is idle).  The poller waits, with epoll,
  * for any connection to become readable, lets libnbd read the replies
  * and run the completion callbacks, and then wakes the workers whose
- * requests completed (ioreq_wake_deferred: after libnbd has let go of
+ * requests completed (conn_wake_deferred: after libnbd has let go of
  * the handle lock).  One thread for all legs means that replies from
  * several legs arriving together cost one wake-up of the poller, and
  * more connections per leg cost no more threads.
@@ -163,6 +163,7 @@ handle_conn (struct poller *p, struct conn *c, uint32_t events)
     nbd_aio_notify_read (c->nbd);
   else if (events & EPOLLOUT)
     nbd_aio_notify_write (c->nbd);
+  conn_wake_deferred (c);
   retire_failed (c);
   update_events (p, c);
 }
@@ -187,7 +188,6 @@ poller_thread (void *arg)
       else
         handle_conn (p, evs[i].data.ptr, evs[i].events);
     }
-    ioreq_wake_deferred ();
     atomic_fetch_add (&p->loops, 1);
   }
   return NULL;

@@ -26,8 +26,10 @@
  *      inconsistent flag is cleared and the generation is bumped with
  *      it as a member.
  *
- * Rate: resync-rate caps the copy; while clients are doing I/O it
- * yields down to resync-min-rate.  A source that fails is failed and
+ * Rate: resync-rate caps the bytes read and written (zeroes written
+ * where the source is sparse are free); while clients are doing I/O it
+ * yields down to resync-min-rate.  The rate is looked at again every
+ * 50 ms, so a change, or a stop, takes effect at once.  A source that fails is failed and
  * another one taken; a target that fails ends the resync (its bitmap
  * and bm_gen stay, the monitor retries).
  */
@@ -105,8 +107,11 @@ run_bytes (struct volume *v, uint64_t first, uint64_t last)
   return (end > v->size ? v->size : end) - start;
 }
 
-/* Take the next run of set bits (at most run_chunks long) from the
- * cursor.  rs->lock held.  Returns false when the pass is over.
+/* Take the next run of set bits from the cursor: at most run_chunks
+ * long and not across a RUN_BYTES boundary.  The cursor only moves
+ * forward, so no chunk is copied twice in a pass even though bits are
+ * cleared only at checkpoints.  rs->lock held.  Returns false when the
+ * pass is over.
  */
 static bool
 next_run (struct resync *rs, struct run *run)
@@ -116,10 +121,6 @@ next_run (struct resync *rs, struct run *run)
 
   if (first >= rs->bm->nr_bits)
     return false;
-  first -= first % max;                 /* align runs to their size */
-  if (!bitmap_test (rs->bm, first))
-    first = bitmap_next_set (rs->bm, first);
-  last = first;
   while (last + 1 < rs->bm->nr_bits && last + 1 - first < max &&
          (last + 1) % max != 0 && bitmap_test (rs->bm, last + 1))
     last++;
@@ -129,18 +130,22 @@ next_run (struct resync *rs, struct run *run)
   return true;
 }
 
-/* Sleep until now_ns () >= t. */
+/* Sleep a short while (at most RATE_SLICE_NS, less if due sooner). */
+#define RATE_SLICE_NS 50000000ULL
 static void
-sleep_until (uint64_t t)
+nap (uint64_t ns)
 {
-  uint64_t now = now_ns ();
+  if (ns > RATE_SLICE_NS)
+    ns = RATE_SLICE_NS;
+  nanosleep (&(struct timespec) { .tv_nsec = (long) ns }, NULL);
+}
 
-  if (t > now) {
-    uint64_t ns = t - now;
-    nanosleep (&(struct timespec) { .tv_sec = (time_t) (ns / 1000000000),
-                                    .tv_nsec = (long) (ns % 1000000000) },
-               NULL);
-  }
+/* Should the lanes stop? */
+static bool
+must_stop (struct resync *rs)
+{
+  return atomic_load (&rs->cancel) || atomic_load (&rs->v->stopping) ||
+    atomic_load (&rs->target->state) != LEG_SYNCING;
 }
 
 /* The rate allowed now: the cap, or the floor while clients are busy.
@@ -164,19 +169,50 @@ allowed_rate (struct resync *rs, uint64_t now)
   return cap;
 }
 
-/* Reserve time for len bytes at the allowed rate; returns when the
- * run may start.  rs->lock held.
+/* Wait until the rate allows another run, then reserve the time a
+ * full run takes at the current rate (*reserved_ns), so lanes start
+ * one after another instead of all at once.  charge_copy settles the
+ * reservation with what the run really copied.  The rate is looked at
+ * again every RATE_SLICE_NS, so a change (nbdrep set, clients starting
+ * or stopping) or a stop takes effect at once.  Returns -1 if the
+ * resync must stop.
  */
-static uint64_t
-reserve (struct resync *rs, uint64_t len)
+static int
+wait_for_rate (struct resync *rs, uint64_t *reserved_ns)
 {
-  uint64_t now = now_ns (), rate = allowed_rate (rs, now), start;
+  for (;;) {
+    uint64_t now = now_ns (), rate, due;
 
-  if (rate == 0)
-    return now;
-  start = rs->next_slot_ns > now ? rs->next_slot_ns : now;
-  rs->next_slot_ns = start + len * 1000000000 / rate;
-  return start;
+    if (must_stop (rs))
+      return -1;
+    pthread_mutex_lock (&rs->lock);
+    rate = allowed_rate (rs, now);
+    due = rs->next_slot_ns;
+    *reserved_ns = rate ? RUN_BYTES * 1000000000ULL / rate : 0;
+    if (rate == 0 || due <= now)
+      rs->next_slot_ns = now + *reserved_ns;
+    pthread_mutex_unlock (&rs->lock);
+    if (rate == 0 || due <= now)
+      return 0;
+    nap (due - now);
+  }
+}
+
+/* Settle a run's reservation: only the bytes actually copied count
+ * (zeroes written where the source is sparse cost nothing), at the
+ * rate allowed now.
+ */
+static void
+charge_copy (struct resync *rs, uint64_t bytes, uint64_t reserved_ns)
+{
+  uint64_t rate;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rs->lock);
+
+  rate = allowed_rate (rs, now_ns ());
+  rs->next_slot_ns -= reserved_ns < rs->next_slot_ns
+    ? reserved_ns : rs->next_slot_ns;
+  if (rate != 0)
+    rs->next_slot_ns += bytes * 1000000000 / rate;
 }
 
 /* Remember a copied run until the next checkpoint. */
@@ -228,7 +264,8 @@ checkpoint (struct resync *rs)
   e = leg_sync_io (rs->target, &flush);
   if (e != 0) {
     free (runs);
-    volume_fail_leg (v, rs->target, "flush during resync failed: %s",
+    volume_fail_leg (v, rs->target, EPOCH_ANY,
+                     "flush during resync failed: %s",
                      strerror (e));
     return -1;
   }
@@ -245,7 +282,7 @@ checkpoint (struct resync *rs)
  */
 static int
 copy_run (struct resync *rs, unsigned lane, const struct run *run,
-          void *buf)
+          uint64_t reserved_ns, void *buf)
 {
   struct volume *v = rs->v;
   uint64_t start = run->first * v->cfg.chunk;
@@ -265,31 +302,24 @@ copy_run (struct resync *rs, unsigned lane, const struct run *run,
   rangelock_unlock (v->rl, &hold);
   atomic_fetch_add (&rs->copied_bytes, cr.data);
   atomic_fetch_add (&rs->zeroed_bytes, cr.zero);
+  charge_copy (rs, cr.data, reserved_ns);
   if (r == 0)
     return 0;
   if (cr.failed == 0) {
     pthread_mutex_lock (&rs->lock);
     rs->source_failed = true;
     pthread_mutex_unlock (&rs->lock);
-    volume_fail_leg (v, src.leg, "read during resync failed: %s",
+    volume_fail_leg (v, src.leg, EPOCH_ANY, "read during resync failed: %s",
                      strerror (cr.err));
   }
   else {
     pthread_mutex_lock (&rs->lock);
     rs->target_failed = true;
     pthread_mutex_unlock (&rs->lock);
-    volume_fail_leg (v, dst.leg, "write during resync failed: %s",
+    volume_fail_leg (v, dst.leg, EPOCH_ANY, "write during resync failed: %s",
                      strerror (cr.err));
   }
   return -1;
-}
-
-/* Should the lanes stop? */
-static bool
-must_stop (struct resync *rs)
-{
-  return atomic_load (&rs->cancel) || atomic_load (&rs->v->stopping) ||
-    atomic_load (&rs->target->state) != LEG_SYNCING;
 }
 
 struct lane_arg {
@@ -311,9 +341,11 @@ lane_thread (void *arg)
     return NULL;
   for (;;) {
     struct run run;
-    uint64_t start, bytes;
+    uint64_t bytes, reserved_ns;
     bool due;
 
+    if (wait_for_rate (rs, &reserved_ns) == -1)
+      break;
     pthread_mutex_lock (&rs->lock);
     if (rs->source_failed || rs->target_failed || must_stop (rs) ||
         !next_run (rs, &run)) {
@@ -321,11 +353,9 @@ lane_thread (void *arg)
       break;
     }
     bytes = run_bytes (rs->v, run.first, run.last);
-    start = reserve (rs, bytes);
     pthread_mutex_unlock (&rs->lock);
 
-    sleep_until (start);
-    if (copy_run (rs, la->lane, &run, buf) == -1)
+    if (copy_run (rs, la->lane, &run, reserved_ns, buf) == -1)
       break;
     atomic_fetch_add (&rs->done_bytes, bytes);
 
@@ -530,7 +560,7 @@ finish (struct resync *rs)
     if (meta_persist_bitmaps (v) == -1)
       return -1;
     if (meta_write_all_bitmaps (v, bit) != 0) {
-      volume_fail_leg (v, l, "cannot write the bitmaps");
+      volume_fail_leg (v, l, EPOCH_ANY, "cannot write the bitmaps");
       return -1;
     }
   }
@@ -594,7 +624,7 @@ give_up (struct resync *rs)
   struct leg *l = rs->target;
 
   if (atomic_load (&l->state) == LEG_SYNCING) {
-    volume_fail_leg (v, l, "resync interrupted%s",
+    volume_fail_leg (v, l, EPOCH_ANY, "resync interrupted%s",
                      rs->source == NULL ? ": no uptodate source" : "");
     return;
   }
@@ -620,7 +650,7 @@ resync_thread (void *arg)
   start_receiving_writes (rs);
   atomic_store (&rs->total_bytes, bytes_to_copy (rs));
   if (v->al && al_write_to (v->al, 1u << rs->target->index) != 0) {
-    volume_fail_leg (v, rs->target, "activity log write failed");
+    volume_fail_leg (v, rs->target, EPOCH_ANY, "activity log write failed");
     goto done;
   }
   nbdkit_debug ("%s: %s resync of %" PRIu64 " bytes started", name,

@@ -56,6 +56,7 @@ struct verify {
   enum verify_state state;
   char error[256];
   uint64_t done, total, mismatched, repaired, start_ns;
+  uint64_t pace_rate, pace_start_ns, pace_start_done;   /* verify thread */
   struct mismatch mm[MAX_REPORTED];
   size_t nr_mm;
 };
@@ -106,7 +107,8 @@ record_mismatch (struct verify *vf, uint64_t offset, uint64_t len,
  * go by the caller).
  */
 static uint16_t
-read_all (struct verify *vf, uint16_t legs, uint64_t offset, uint32_t len)
+read_all (struct verify *vf, uint16_t legs, uint64_t offset, uint32_t len,
+          unsigned *epochs)
 {
   struct volume *v = vf->v;
   struct ioreq r;
@@ -122,9 +124,11 @@ read_all (struct verify *vf, uint16_t legs, uint64_t offset, uint32_t len)
       ioreq_submit (&r, &v->legs[i], &cmd);
   }
   ioreq_wait (&r);
-  for (i = 0; i < v->nr_legs; ++i)
+  for (i = 0; i < v->nr_legs; ++i) {
+    epochs[i] = r.epoch[i];
     if ((legs & (1u << i)) && ioreq_leg_error (&r, i) != 0)
       failed |= 1u << i;
+  }
   ioreq_destroy (&r);
   return failed;
 }
@@ -212,20 +216,34 @@ compare_run (struct verify *vf, uint16_t legs, uint64_t offset,
   return 0;
 }
 
-/* Sleep so that the bytes done so far do not exceed verify-rate. */
-static void
+/* Wait until the bytes done so far fit verify-rate, looking at the rate
+ * (and at a stop) again every 50 ms.  The pace counts from the last
+ * change of rate, so raising it takes effect at once.  Returns false
+ * if the verify must stop.
+ */
+static bool
 pace (struct verify *vf, uint64_t done)
 {
-  uint64_t rate = atomic_load (&vf->v->verify_rate), due, now;
+  for (;;) {
+    uint64_t rate = atomic_load (&vf->v->verify_rate), due, now;
 
-  if (rate == 0)
-    return;
-  due = vf->start_ns + done * 1000000000 / rate;
-  now = now_ns ();
-  if (due > now)
-    nanosleep (&(struct timespec) { .tv_sec = (time_t) ((due - now) / 1000000000),
-                                    .tv_nsec = (long) ((due - now) % 1000000000) },
-               NULL);
+    if (atomic_load (&vf->stop) || atomic_load (&vf->v->stopping))
+      return false;
+    if (rate != vf->pace_rate) {
+      vf->pace_rate = rate;
+      vf->pace_start_ns = now_ns ();
+      vf->pace_start_done = done;
+    }
+    if (rate == 0)
+      return true;
+    due = vf->pace_start_ns + (done - vf->pace_start_done) * 1000000000 / rate;
+    now = now_ns ();
+    if (due <= now)
+      return true;
+    nanosleep (&(struct timespec) {
+                 .tv_nsec = (long) (due - now < 50000000 ? due - now : 50000000)
+               }, NULL);
+  }
 }
 
 /* Verify one run.  Returns -1 to stop (the state is set). */
@@ -235,7 +253,7 @@ verify_run (struct verify *vf, uint64_t offset, uint32_t len)
   struct volume *v = vf->v;
   uint16_t legs = MB_UPTODATE (membership_load (v)), failed;
   struct range_hold hold;
-  unsigned i;
+  unsigned i, epochs[MAX_LEGS];
   int r = 0;
 
   if (__builtin_popcount (legs) < 2) {
@@ -246,7 +264,7 @@ verify_run (struct verify *vf, uint64_t offset, uint32_t len)
     end_with (vf, V_FAILED, "out of memory");
     return -1;
   }
-  failed = read_all (vf, legs, offset, len);
+  failed = read_all (vf, legs, offset, len, epochs);
   if (__builtin_popcount (legs & ~failed) >= 2 &&
       compare_run (vf, legs & ~failed, offset, len) == -1) {
     end_with (vf, V_FAILED, "a repair write failed");
@@ -255,7 +273,8 @@ verify_run (struct verify *vf, uint64_t offset, uint32_t len)
   rangelock_unlock (v->rl, &hold);
   for (i = 0; i < v->nr_legs; ++i)
     if (failed & (1u << i))
-      volume_fail_leg (v, &v->legs[i], "read during verify failed");
+      volume_fail_leg (v, &v->legs[i], epochs[i],
+                       "read during verify failed");
   return r;
 }
 
@@ -270,11 +289,10 @@ verify_thread (void *arg)
   for (off = 0; off < v->size; off += VERIFY_RUN) {
     uint32_t len = v->size - off < VERIFY_RUN ? (uint32_t) (v->size - off)
                                               : VERIFY_RUN;
-    if (atomic_load (&vf->stop) || atomic_load (&v->stopping)) {
+    if (!pace (vf, off)) {
       end_with (vf, V_STOPPED, NULL);
       break;
     }
-    pace (vf, off);
     if (verify_run (vf, off, len) == -1)
       break;
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&vf->lock);
@@ -330,8 +348,8 @@ refuse_reason (struct volume *v, bool repair, int repair_from, char *buf,
 
 /* Start a verify (see verify.h). */
 int
-verify_start (struct volume *v, bool repair, int repair_from, char *err,
-              size_t errlen)
+verify_start (struct volume *v, bool repair, int repair_from, int64_t rate,
+              char *err, size_t errlen)
 {
   struct verify *vf;
   const char *why = refuse_reason (v, repair, repair_from, err, errlen);
@@ -347,7 +365,10 @@ verify_start (struct volume *v, bool repair, int repair_from, char *err,
     snprintf (err, errlen, "out of memory");
     return -1;
   }
+  if (rate >= 0)
+    atomic_store (&v->verify_rate, (uint64_t) rate);
   vf->v = v;
+  vf->pace_rate = UINT64_MAX;
   vf->repair = repair || repair_from >= 0;
   vf->repair_from = repair_from;
   vf->total = v->size;
@@ -423,7 +444,7 @@ verify_json (struct volume *v)
     return json_null ();
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&vf->lock);
   secs = (double) (now_ns () - vf->start_ns) / 1e9;
-  rate = secs > 0 ? (double) vf->done / secs : 0;
+  rate = secs >= 1 ? (double) vf->done / secs : 0;   /* not before a second */
   mm = json_array ();
   for (i = 0; i < vf->nr_mm; ++i)
     json_array_append_new (mm, json_pack ("{s:I, s:I, s:o}",

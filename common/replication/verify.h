@@ -6,17 +6,19 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
 struct volume;
 
 /* Start comparing every uptodate leg in the background; repair from the
- * majority (or from leg repair_from >= 0).  Returns 0, or -1 with the
- * reason in err.
+ * majority (or from leg repair_from >= 0); rate >= 0 sets verify-rate
+ * (only if the verify starts).  Returns 0, or -1 with the reason in
+ * err.
  */
 extern int verify_start (struct volume *v, bool repair, int repair_from,
-                         char *err, size_t errlen);
+                         int64_t rate, char *err, size_t errlen);
 
 /* Ask the running verify to stop.  Returns 0 or -1 with the reason. */
 extern int verify_stop (struct volume *v, char *err, size_t errlen);

@@ -63,6 +63,7 @@ engine_free (struct volume *v)
     free (v->legs[i].sb_buf);
     free (v->legs[i].al_buf);
     free (v->legs[i].owned_uri);
+    pthread_mutex_destroy (&v->legs[i].conns_lock);
   }
   for (i = 0; i < MAX_LEGS; ++i) {
     if (v->bitmaps[i]) {
@@ -114,6 +115,7 @@ engine_config_complete (struct volume *v)
   atomic_store (&v->verify_rate, v->cfg.verify_rate);
   for (i = 0; i < v->nr_legs; ++i) {
     struct leg *l = &v->legs[i];
+    pthread_mutex_init (&l->conns_lock, NULL);
     l->v = v;
     l->index = (unsigned) i;
     l->slot = -1;

@@ -198,6 +198,12 @@ volume_is ()
   [ "$(volume_state)" = "$1" ]
 }
 
+# al_is_cold: is the controller's activity log empty?
+al_is_cold ()
+{
+  [ "$(status_get .volume.activity_log.hot)" -eq 0 ]
+}
+
 # controller_alive: fail unless the controller still runs.
 controller_alive ()
 {
@@ -221,10 +227,16 @@ wait_step ()
 # halfway through the copy, must be seen failed, is restarted halfway
 # through the git commits and must come back uptodate, after an
 # incremental resync.  Prints the workload's numbers; sets resync_kind,
-# resync_bytes and resync_seconds.
+# resync_bytes, resync_zeroed (bytes written as zeroes) and
+# resync_seconds.
 workload_with_leg_kill ()
 {
   local dir=$1 leg=$2 rc=0
+  # mkfs discards the whole device: let the activity log cool, so that
+  # the resync measures what the workload did (a leg that fails gets back
+  # every extent that is hot at that moment).
+  sync -f "$dir"
+  wait_until 60 al_is_cold || fail "the activity log did not cool"
   note "workload on $dir; leg $leg will be killed halfway through the copy"
   WORKLOAD_HOLD="copy-half git-half" "$WORKLOAD" run "$CORPUS" "$dir" "$STATE" \
     </dev/null >/tmp/workload.out 2>&1 &
@@ -249,7 +261,11 @@ workload_with_leg_kill ()
   resync_kind=$(status_get ".legs[] | select(.index == $leg) | .last_resync.kind")
   resync_bytes=$(status_get ".legs[] | select(.index == $leg) | .last_resync.bytes")
   resync_seconds=$(status_get ".legs[] | select(.index == $leg) | .last_resync.seconds")
+  resync_zeroed=$(status_get ".legs[] | select(.index == $leg) | .last_resync.zeroed")
   [ "$resync_kind" = incremental ] || fail "leg $leg had a $resync_kind resync, not incremental"
+  # A resync covers each out-of-sync chunk once: never more than the volume.
+  [ $(( resync_bytes + resync_zeroed )) -le "$(status_get .volume.size)" ] ||
+    fail "leg $leg's resync copied $resync_bytes bytes and zeroed $resync_zeroed: more than the volume"
 }
 
 # check_kernel_log: no I/O or ext4 error in the kernel log; print how
@@ -294,14 +310,50 @@ fio_numbers ()
   echo "$rw $seq"
 }
 
+# differing_chunks SIZE A B: print how many 64 KiB chunks of the first
+# SIZE bytes of files A and B differ, and the offsets of the first ten.
+differing_chunks ()
+{
+  local n=0 list='' off
+  for off in $(cmp -l -n "$1" "$2" "$3" | awk '{ print int(($1 - 1) / 65536) * 65536 }' | uniq); do
+    n=$(( n + 1 ))
+    [ "$n" -gt 10 ] || list+=" $off"
+  done
+  echo "$n chunks differ, the first at:$list"
+}
+
 # compare_legs SIZE N: the first SIZE bytes of /tmp/r1.img .. r(N-1).img
-# equal those of /tmp/r0.img (run after a clean stop of the controller).
+# equal those of /tmp/r0.img (run after a clean stop of the controller;
+# the status from just before it is in /tmp/status.json).
 compare_legs ()
 {
-  local i
+  local i bad=0
   for (( i = 1; i < $2; i++ )); do
-    cmp -n "$1" /tmp/r0.img "/tmp/r$i.img" || fail "leg $i differs from leg 0"
+    if ! cmp -s -n "$1" /tmp/r0.img "/tmp/r$i.img"; then
+      echo "leg $i differs from leg 0: $(differing_chunks "$1" /tmp/r0.img "/tmp/r$i.img")"
+      bad=1
+    fi
   done
+  [ "$bad" -eq 0 ] ||
+    fail "the legs differ; the last status was: $(jq -c '{volume: (.volume | {state, generation}), legs: [.legs[] | {index, state, last_resync, errors, last_error}]}' /tmp/status.json)"
+}
+
+# stop_controller: wait until every leg is uptodate (a leg that timed
+# out under load is back and resynced), save the status to
+# /tmp/status.json, then stop the controller.
+stop_controller ()
+{
+  controller_alive
+  wait_until 600 volume_is healthy || fail "the volume is $(volume_state), not healthy"
+  status >/tmp/status.json
+  stop_server c
+}
+
+# leg_errors: print each leg's error count, comma-separated (more than
+# the one kill means a leg also timed out under load).
+leg_errors ()
+{
+  jq -r '[.legs[].errors] | map(tostring) | join(",")' /tmp/status.json
 }
 
 # stop_all: stop the controller (first: replicas wait for their clients)

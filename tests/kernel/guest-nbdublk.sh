@@ -15,9 +15,9 @@
 # durable before it is acknowledged.  It must also advertise multi-conn
 # (for more than one queue) and a power-of-two maximum block size (or
 # nbdublk refuses to start).  Three file replicas on tmpfs, the
-# controller (plugin shape, timeout=2, control socket),
-# `nbdublk -C N /dev/ublkb0 URI` (N = min(4, CPUs)), ext4, and the shared scenario of
-# guest-lib.sh: the file workload with leg 1 killed and restarted under
+# controller (plugin shape, control socket, timeout=10: an emulated CPU
+# on a busy host stalls for seconds), `nbdublk -C N /dev/ublkb0 URI`
+# (N = min(4, CPUs)), ext4, and the shared scenario of guest-lib.sh: the file workload with leg 1 killed and restarted under
 # it, an incremental resync, no error in the kernel log or ext4, every
 # file as written after a remount, git fsck, e2fsck -n; fio for numbers;
 # nbdublk stopped (SIGTERM deletes the device), a clean stop of the
@@ -35,7 +35,7 @@ queues=$(( $(nproc) < 4 ? $(nproc) : 4 ))
 start=$SECONDS
 for i in 0 1 2; do start_replica "$i" 256M; done
 start_controller --filter=fua "$PLUGIN" "$(leg_uri 0)" "$(leg_uri 1)" "$(leg_uri 2)" \
-  fuamode=force control="$CTL" timeout=2
+  fuamode=force control="$CTL" timeout=10
 size=$(nbdinfo --size 'nbd+unix:///?socket=/tmp/c.sock')
 nbdinfo 'nbd+unix:///?socket=/tmp/c.sock' | grep -E 'can_multi_conn|block_size_maximum|can_fua|can_flush'
 note "controller up: $size bytes, $(status_get '.volume.legs') legs"
@@ -68,12 +68,11 @@ rc=0
 wait "$ublk_pid" || rc=$?
 [ "$rc" -eq 0 ] || fail "nbdublk exited with status $rc: $(cat /tmp/nbdublk.log)"
 wait_until 30 test ! -e /dev/ublkb0 || fail "/dev/ublkb0 is still there after nbdublk exited"
-controller_alive
-stop_server c
+stop_controller
 compare_legs "$size" 3
 stop_all
 
 echo "KERNEL-TEST nbdublk: $(sed -n 's/^WORKLOAD //p' /tmp/workload.out)"
 echo "KERNEL-TEST nbdublk: resync leg=1 kind=$resync_kind bytes=$resync_bytes" \
-     "seconds=$resync_seconds volume_bytes=$size legs_identical=yes $kernel_log"
+     "zeroed=$resync_zeroed seconds=$resync_seconds volume_bytes=$size legs_identical=yes leg_errors=$(leg_errors) $kernel_log"
 echo "KERNEL-TEST nbdublk: $fio guest_seconds=$(( SECONDS - start ))"
