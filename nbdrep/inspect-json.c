@@ -116,10 +116,12 @@ slots_json (const struct exam *e)
     const struct sb_slot *sl = &e->sb->slots[s];
     const char *role = slot_role (e, s);
     json_array_append_new (slots, json_pack (
-      "{s:i, s:b, s:b, s:o, s:o, s:o}",
+      "{s:i, s:b, s:b, s:b, s:b, s:o, s:o, s:o}",
       "slot", (int) s,
       "assigned", (sl->flags & SLOT_ASSIGNED) != 0,
       "member", (sl->flags & SLOT_MEMBER) != 0,
+      "tracker", (sl->flags & SLOT_TRACKER) != 0,
+      "backup_done", (sl->flags & SLOT_BASE) != 0,
       "uuid", juuid (sl->uuid),
       "bm_gen", jgen (sl->bm_gen),
       "role", role ? json_string (role) : json_null ()));

@@ -78,6 +78,8 @@ time_format (uint64_t t, char *buf, size_t len)
 const char *
 slot_flags_word (uint32_t flags)
 {
+  if (flags & SLOT_TRACKER)
+    return flags & SLOT_BASE ? "tracker,base" : "tracker";
   if ((flags & SLOT_ASSIGNED) && (flags & SLOT_MEMBER))
     return "assigned,member";
   if (flags & SLOT_ASSIGNED)
@@ -100,6 +102,8 @@ slot_role (const struct exam *e, uint32_t s)
 {
   bool absent = slot_is_absent (e->sb->slots[s].flags);
 
+  if (e->sb->slots[s].flags & SLOT_TRACKER)
+    return "changed blocks for backups";
   if (s == e->sb->slot)
     return absent ? "this leg, absent" : "this leg";
   return absent ? "absent" : NULL;

@@ -73,6 +73,20 @@ print_volume_details (const json_t *vol)
   putchar ('\n');
 }
 
+/* The backup line, if a backup runs. */
+static void
+print_backup (const json_t *b)
+{
+  const char *consistency = jstr (b, "consistency");
+  int64_t leg = jint (b, "leg", -1);
+
+  printf ("  backup %s running: %s", jstr (b, "token"),
+          consistency ? consistency : "?");
+  if (leg >= 0)
+    printf (", leg %" PRId64 " held as its source", leg);
+  putchar ('\n');
+}
+
 /* The verify line, if a verify ran. */
 static void
 print_verify (const json_t *vf)
@@ -129,14 +143,17 @@ print_legs (const json_t *legs)
   size_t i;
 
   json_array_foreach (legs, i, leg) {
-    char index[24], resync[256], reads[24], writes[24], errors[24];
-    const char *state = jstr (leg, "state");
+    char index[24], state[64], resync[256], reads[24], writes[24];
+    char errors[24];
+    const char *word = jstr (leg, "state"), *hold = jstr (leg, "hold");
     const char *last_error = jstr (leg, "last_error");
     const char *cells[8] = {
-      index, state ? state : "?", resync, reads, writes, errors,
+      index, state, resync, reads, writes, errors,
       last_error ? last_error : "-", jstr (leg, "uri"),
     };
     snprintf (index, sizeof index, "%" PRId64, jint (leg, "index", -1));
+    snprintf (state, sizeof state, "%s%s%s", word ? word : "?",
+              hold ? ", held for " : "", hold ? hold : "");
     resync_cell (leg, resync, sizeof resync);
     snprintf (reads, sizeof reads, "%" PRId64, jint (leg, "reads", 0));
     snprintf (writes, sizeof writes, "%" PRId64, jint (leg, "writes", 0));
@@ -158,6 +175,8 @@ print_status (const json_t *status)
   print_volume_details (vol);
   if (vf)
     print_verify (vf);
+  if (jobj (vol, "backup"))
+    print_backup (jobj (vol, "backup"));
   putchar ('\n');
   print_legs (jarr (status, "legs"));
 }

@@ -56,16 +56,22 @@ check_new_uri (struct volume *v, const char *uri, char *err, size_t errlen)
   return 0;
 }
 
-/* Is a metadata slot free for a new member? */
+/* Is a metadata slot free for a new member (the changed-block
+ * tracker's counts, unless a backup runs: backup.c)?
+ */
 static bool
 free_slot_exists (struct volume *v)
 {
+  uint32_t flags;
   unsigned s;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
 
-  for (s = 0; s < v->cfg.max_legs; ++s)
-    if (!(v->sb.slots[s].flags & SLOT_ASSIGNED))
+  for (s = 0; s < v->cfg.max_legs; ++s) {
+    flags = v->sb.slots[s].flags;
+    if (!(flags & SLOT_ASSIGNED) ||
+        ((flags & SLOT_TRACKER) && v->backup == NULL))
       return true;
+  }
   return false;
 }
 
@@ -142,6 +148,8 @@ remove_refusal (struct volume *v, struct leg *l)
 
   if (atomic_load (&l->state) == LEG_REMOVED)
     return "already removed";
+  if (l->held)
+    return "it is the source of a running backup";
   if (atomic_load (&l->state) != LEG_UPTODATE)
     return NULL;
   if (up == 0)

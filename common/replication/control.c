@@ -30,6 +30,8 @@
 #include "control.h"
 #include "admin.h"
 #include "verify.h"
+#include "backup.h"
+#include "random.h"
 #include "cleanup.h"
 
 #define MAX_CLIENTS 16
@@ -133,6 +135,9 @@ cmd_resync (struct volume *v, json_t *req)
                         "full resync to rebuild it anyway)", l->index);
   if (st == LEG_REMOVED)
     return error_reply ("leg %u is removed", l->index);
+  if (l->held)
+    return error_reply ("leg %u is the source of a running backup: it "
+                        "resyncs when the backup ends", l->index);
   if (st == LEG_UPTODATE || st == LEG_SYNCING)
     volume_fail_leg (v, l, EPOCH_ANY, "resync requested by the operator");
   {
@@ -220,15 +225,88 @@ cmd_verify (struct volume *v, json_t *req)
                                err, sizeof err), err);
 }
 
-/* Answer one request. */
+/* The chunks set in b as merged [offset, length] byte ranges, clipped
+ * to the volume.
+ */
+static json_t *
+ranges_json (struct volume *v, const struct bitmap *b)
+{
+  json_t *a = json_array ();
+  uint64_t first = bitmap_next_set (b, 0), last;
+
+  while (a && first < b->nr_bits) {
+    uint64_t off = first * v->cfg.chunk, end;
+    for (last = first; last + 1 < b->nr_bits && bitmap_test (b, last + 1);
+         last++)
+      ;
+    end = (last + 1) * v->cfg.chunk;
+    if (end > v->size)
+      end = v->size;
+    if (off < end)
+      json_array_append_new (a, json_pack ("[I, I]", (json_int_t) off,
+                                           (json_int_t) (end - off)));
+    first = bitmap_next_set (b, last + 1);
+  }
+  return a;
+}
+
+/* backup-begin: hold a leg for a backup (backup.c), for owner. */
+static json_t *
+cmd_backup_begin (struct volume *v, json_t *req, const void *owner)
+{
+  json_t *base = json_object_get (req, "base");
+  struct backup_info info;
+  char err[512], uuid[37];
+
+  if (base && !json_is_null (base) && !json_is_string (base))
+    return error_reply ("backup-begin: \"base\" must be a token or null");
+  if (backup_begin (v, json_string_value (base), owner, &info,
+                    err, sizeof err) == -1)
+    return error_reply ("%s", err);
+  if (v->metadata)
+    uuid_format (v->sb.volume_uuid, uuid);
+  return json_pack ("{s:b, s:s, s:s?, s:o, s:s, s:s?, s:s?, s:I, s:I, s:o}",
+                    "ok", 1, "token", info.token, "source", info.source,
+                    "leg", info.leg >= 0 ? json_integer (info.leg)
+                    : json_null (),
+                    "consistency", info.point_in_time ? "point-in-time"
+                    : "live",
+                    "why_live", info.why_live,
+                    "volume", v->metadata ? uuid : NULL,
+                    "size", (json_int_t) v->size,
+                    "chunk", (json_int_t) v->cfg.chunk,
+                    "changed", info.changed ? ranges_json (v, info.changed)
+                    : json_null ());
+}
+
+/* backup-end: the backup is done or failed. */
+static json_t *
+cmd_backup_end (struct volume *v, json_t *req)
+{
+  const char *token = json_string_value (json_object_get (req, "token"));
+  const char *res = json_string_value (json_object_get (req, "result"));
+  const char *name = json_string_value (json_object_get (req, "name"));
+  char err[512];
+
+  if (token == NULL)
+    return error_reply ("backup-end: missing \"token\"");
+  if (res == NULL || (strcmp (res, "done") != 0 && strcmp (res, "failed") != 0))
+    return error_reply ("backup-end: \"result\" must be \"done\" or "
+                        "\"failed\"");
+  return result (backup_end (v, token, strcmp (res, "done") == 0, name,
+                             err, sizeof err), err);
+}
+
+/* Answer one request from owner (the client connection). */
 json_t *
-control_handle (struct volume *v, json_t *req)
+control_handle (struct volume *v, json_t *req, const void *owner)
 {
   static const struct {
     const char *name;
     json_t *(*fn) (struct volume *, json_t *);
   } commands[] = {
     { "add-leg", cmd_add_leg },
+    { "backup-end", cmd_backup_end },
     { "fail-leg", cmd_fail_leg },
     { "remove-leg", cmd_remove_leg },
     { "resync", cmd_resync },
@@ -242,18 +320,21 @@ control_handle (struct volume *v, json_t *req)
     return error_reply ("missing \"cmd\"");
   if (strcmp (cmd, "status") == 0)
     return status_json (v);
+  if (strcmp (cmd, "backup-begin") == 0)
+    return cmd_backup_begin (v, req, owner);
   for (i = 0; i < sizeof commands / sizeof commands[0]; ++i)
     if (strcmp (cmd, commands[i].name) == 0)
       return commands[i].fn (v, req);
   return error_reply ("unknown command \"%s\"", cmd);
 }
 
-/* Decode one line, answer it, write the reply.  Returns -1 if the
- * client is gone.
+/* Decode one line from client c, answer it, write the reply.  Returns
+ * -1 if the client is gone.
  */
 static int
-answer_line (struct volume *v, int fd, const char *line)
+answer_line (struct volume *v, const struct client *c, const char *line)
 {
+  int fd = c->fd;
   json_error_t jerr;
   json_t *req = json_loads (line, 0, &jerr), *reply;
   char *out;
@@ -263,7 +344,7 @@ answer_line (struct volume *v, int fd, const char *line)
     reply = error_reply ("invalid request: %s",
                          req ? "not a JSON object" : jerr.text);
   else
-    reply = control_handle (v, req);
+    reply = control_handle (v, req, c);
   json_decref (req);
   out = json_dumps (reply, JSON_COMPACT | JSON_REAL_PRECISION (6));
   json_decref (reply);
@@ -300,7 +381,7 @@ serve_client (struct volume *v, struct client *c)
   c->buf[c->len] = '\0';
   while ((nl = strchr (c->buf, '\n')) != NULL) {
     *nl = '\0';
-    if (answer_line (v, c->fd, c->buf) == -1)
+    if (answer_line (v, c, c->buf) == -1)
       return -1;
     c->len -= (size_t) (nl + 1 - c->buf);
     memmove (c->buf, nl + 1, c->len + 1);
@@ -328,10 +409,11 @@ accept_client (struct control *ctl)
   close (fd);
 }
 
-/* Drop a client. */
+/* Drop a client (a backup it began counts as failed). */
 static void
 drop_client (struct control *ctl, size_t i)
 {
+  backup_abandon (ctl->v, ctl->clients[i]);
   close (ctl->clients[i]->fd);
   free (ctl->clients[i]);
   ctl->clients[i] = NULL;

@@ -12,10 +12,13 @@ struct volume;
 extern int control_start (struct volume *v);
 extern void control_stop (struct volume *v);
 
-/* Answer one request (a decoded JSON object).  Returns a new reply
- * object: {"ok": true, ...} or {"ok": false, "error": "..."}.
+/* Answer one request (a decoded JSON object) from owner, the client
+ * connection it came from (a backup it begins ends if the connection
+ * does).  Returns a new reply object: {"ok": true, ...} or
+ * {"ok": false, "error": "..."}.
  */
-extern json_t *control_handle (struct volume *v, json_t *req);
+extern json_t *control_handle (struct volume *v, json_t *req,
+                               const void *owner);
 
 /* The status reply of DESIGN.md section 9 (a new object). */
 extern json_t *status_json (struct volume *v);

@@ -146,6 +146,7 @@ struct leg {
   _Atomic bool open;
   _Atomic unsigned users;
   _Atomic unsigned epoch;               /* +1 at every leg_open */
+  _Atomic unsigned timed_out;           /* epoch + 1 of a timeout, or 0 */
   pthread_mutex_t conns_lock;           /* conns[] against leg_shutdown */
   _Atomic unsigned inflight;            /* requests in flight (least-busy) */
   struct leg_caps caps;
@@ -158,6 +159,7 @@ struct leg {
   bool refused;             /* not usable (another volume ...): retried */
   bool want_full;           /* stale: the resync to start is full */
   bool force_full;          /* the operator asked for a full resync */
+  bool held;                /* stale, held out as a backup's source */
   unsigned backoff;         /* reconnect backoff, seconds */
   uint64_t next_attempt_ns; /* monotonic time of the next reconnect */
   struct resync *resync;    /* running resync, or NULL */
@@ -240,6 +242,7 @@ struct volume {
 
   struct control *control;
   struct verify *verify;
+  struct backup *backup;        /* the running backup (control thread) */
 };
 
 /* ---- requests to legs ------------------------------------------------ */

@@ -424,6 +424,7 @@ time_out_legs (struct ioreq *r, uint32_t legs, double secs)
       continue;
     r->timed_out |= 1u << i;
     leg_set_error (l, "request timed out after %gs", secs);
+    atomic_store (&l->timed_out, r->epoch[i] + 1);
     leg_shutdown (l);
     if (!l->local && r->slots[i].conn)
       conn_shutdown (r->slots[i].conn);   /* a private connection */

@@ -178,7 +178,12 @@ volume_mark_failed (struct volume *v, struct leg *l, unsigned epoch,
     return false;               /* an error from connections long gone */
   *was_uptodate = l->state == LEG_UPTODATE;
   l->state = LEG_FAILED;
-  snprintf (l->last_error, sizeof l->last_error, "%s", reason);
+  /* A leg timed out in this epoch: its requests fail with ENOTCONN once
+   * its sockets are shut down, and whichever is judged first must not
+   * hide why (the timeout, already in last_error).
+   */
+  if (atomic_load (&l->timed_out) != atomic_load (&l->epoch) + 1)
+    snprintf (l->last_error, sizeof l->last_error, "%s", reason);
   l->backoff = 0;
   l->next_attempt_ns = now_ns () + 1000000000;
   m = membership_load (v);
@@ -211,6 +216,10 @@ volume_fail_leg (struct volume *v, struct leg *l, unsigned epoch,
   changed = volume_mark_failed (v, l, epoch, reason, &was_uptodate);
   if (changed) {
     leg_shutdown (l);
+    {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+      snprintf (reason, sizeof reason, "%s", l->last_error);
+    }
     nbdkit_error ("%s failed: %s", leg_name (l, name, sizeof name), reason);
     meta_record_failure (v, l, was_uptodate);
   }

@@ -545,7 +545,8 @@ static enum meta_status
 sb_check_slot (const uint8_t *raw, const struct sb_slot *slot, uint32_t s,
                char *err, size_t errlen)
 {
-  const uint32_t known = SLOT_ASSIGNED | SLOT_MEMBER;
+  const uint32_t known = SLOT_ASSIGNED | SLOT_MEMBER | SLOT_TRACKER |
+    SLOT_BASE;
   uint32_t reserved = get_le32 (raw + SLOT_RESERVED);
 
   if (slot->flags & ~known)
@@ -556,6 +557,16 @@ sb_check_slot (const uint8_t *raw, const struct sb_slot *slot, uint32_t s,
     return report (META_CORRUPT, err, errlen,
                    "superblock: slot %" PRIu32 " reserved field is 0x%" PRIx32
                    ", not 0", s, reserved);
+  if ((slot->flags & SLOT_TRACKER) &&
+      (slot->flags & (SLOT_ASSIGNED | SLOT_MEMBER)) != SLOT_ASSIGNED)
+    return report (META_CORRUPT, err, errlen,
+                   "superblock: slot %" PRIu32 " tracks changed blocks but"
+                   " is %s", s, slot->flags & SLOT_MEMBER ? "a member"
+                   : "not assigned");
+  if ((slot->flags & SLOT_BASE) && !(slot->flags & SLOT_TRACKER))
+    return report (META_CORRUPT, err, errlen,
+                   "superblock: slot %" PRIu32 " names a backup but does not"
+                   " track changed blocks", s);
   if (slot->flags & SLOT_ASSIGNED) {
     if (all_zero (slot->uuid, 16))
       return report (META_CORRUPT, err, errlen,

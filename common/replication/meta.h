@@ -45,8 +45,10 @@
  *   136 gen  history[META_HISTORY] (newest first)
  *   136 + 16 * META_HISTORY: per slot (MAX_LEGS entries of 40 bytes,
  *         those from max_legs on all zero)
- *         u8[16] leg_uuid, u32 flags (SLOT_ASSIGNED, SLOT_MEMBER),
- *         u32 reserved, gen bm_gen
+ *         u8[16] leg_uuid, u32 flags (SLOT_ASSIGNED, SLOT_MEMBER,
+ *         SLOT_TRACKER, SLOT_BASE), u32 reserved, gen bm_gen; a tracker
+ *         slot (backup.c) holds the token of a backup in leg_uuid and is
+ *         never a member
  *   length is always 136 + 16 * META_HISTORY + 40 * MAX_LEGS (1288);
  *   history entries from history_len on are zero
  *
@@ -92,6 +94,8 @@
 /* Slot flags. */
 #define SLOT_ASSIGNED     (1u << 0)  /* the slot belongs to leg_uuid */
 #define SLOT_MEMBER       (1u << 1)  /* that leg is uptodate at this gen */
+#define SLOT_TRACKER      (1u << 2)  /* no leg: the changed-block tracker */
+#define SLOT_BASE         (1u << 3)  /* tracker: the backup uuid names is done */
 
 /* Results of the decoders. */
 enum meta_status {

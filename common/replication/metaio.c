@@ -251,12 +251,9 @@ meta_write_sb (struct volume *v, uint16_t legs, int *errs)
   return failed;
 }
 
-/* Record that leg l no longer receives writes (change_lock held): the
- * hot extents into its bitmap, its bm_gen if it was a member, and its
- * bitmap pages all to be rewritten for this new absence.
- */
-static void
-record_absent (struct volume *v, struct leg *l, bool was_uptodate)
+/* Record that leg l no longer receives writes (see metaio.h). */
+void
+meta_record_absent (struct volume *v, struct leg *l, bool was_uptodate)
 {
   struct sb_slot *s;
 
@@ -304,7 +301,7 @@ fail_unreached (struct volume *v, uint16_t failed, const int *errs)
               strerror (errs[i]));
     if (volume_mark_failed (v, l, EPOCH_ANY, reason, &was_uptodate)) {
       leg_shutdown (l);
-      record_absent (v, l, was_uptodate);
+      meta_record_absent (v, l, was_uptodate);
     }
   }
 }
@@ -353,7 +350,7 @@ meta_record_failure (struct volume *v, struct leg *l, bool was_uptodate)
     return;
 
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
-  record_absent (v, l, was_uptodate);
+  meta_record_absent (v, l, was_uptodate);
   if (meta_bump (v) == -1)
     nbdkit_error ("no uptodate leg left to record the failure of leg %u",
                   l->index);

@@ -256,7 +256,7 @@ next_action (struct volume *v, struct leg *l, uint64_t now)
   case LEG_FAILED:
     return now >= l->next_attempt_ns ? A_RECONNECT : A_NONE;
   case LEG_STALE:
-    return MB_UPTODATE (membership_load (v)) ? A_RESYNC : A_NONE;
+    return MB_UPTODATE (membership_load (v)) && !l->held ? A_RESYNC : A_NONE;
   default:
     return A_NONE;
   }

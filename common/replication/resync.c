@@ -45,6 +45,7 @@
 
 #include "internal.h"
 #include "resync.h"
+#include "backup.h"
 #include "copy.h"
 #include "metaio.h"
 #include "al.h"
@@ -446,28 +447,41 @@ run_pass (struct resync *rs)
     pthread_join (th[i], NULL);
 }
 
+/* A free slot, else the changed-block tracker's (the next backup then
+ * reads everything), else -1.  change_lock held.
+ */
+static int
+free_slot (struct volume *v)
+{
+  unsigned s;
+
+  for (s = 0; s < v->cfg.max_legs; ++s)
+    if (!(v->sb.slots[s].flags & SLOT_ASSIGNED))
+      return (int) s;
+  return backup_yield_tracker_slot (v);
+}
+
 /* Give the target a slot if it has none (a new member).  change_lock
  * held.  Returns -1 if every slot is taken.
  */
 static int
 assign_slot (struct volume *v, struct leg *l)
 {
-  unsigned s;
+  int s;
 
   if (l->slot >= 0)
     return 0;
-  for (s = 0; s < v->cfg.max_legs; ++s) {
-    struct sb_slot *slot = &v->sb.slots[s];
-    if (slot->flags & SLOT_ASSIGNED)
-      continue;
-    uuid_generate (l->uuid);
-    memcpy (slot->uuid, l->uuid, 16);
-    slot->flags = SLOT_ASSIGNED;
-    l->slot = (int) s;
-    return 0;
+  s = free_slot (v);
+  if (s < 0) {
+    leg_set_error (l, "no free metadata slot (max-legs=%u)",
+                   v->cfg.max_legs);
+    return -1;
   }
-  leg_set_error (l, "no free metadata slot (max-legs=%u)", v->cfg.max_legs);
-  return -1;
+  uuid_generate (l->uuid);
+  memcpy (v->sb.slots[s].uuid, l->uuid, 16);
+  v->sb.slots[s].flags = SLOT_ASSIGNED;
+  l->slot = s;
+  return 0;
 }
 
 /* Step 1a (change_lock held): a slot, the bitmap, the bm_gen, and the
@@ -703,7 +717,8 @@ resync_start (struct volume *v, struct leg *target, bool full)
   pthread_mutex_init (&rs->lock, NULL);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-    if (target->resync != NULL || atomic_load (&target->state) != LEG_STALE) {
+    if (target->resync != NULL || target->held ||
+        atomic_load (&target->state) != LEG_STALE) {
       pthread_mutex_destroy (&rs->lock);
       free (rs);
       return 0;

@@ -550,7 +550,7 @@ recover_logs (struct volume *v, uint16_t winners, uint16_t absent)
       if (src.leg == NULL)
         src.leg = &v->legs[i];
       else
-        dst[nr_dst++].leg = &v->legs[i];
+        dst[nr_dst++] = (struct endpoint) { .leg = &v->legs[i] };
     }
   for (k = 0; k < n; ++k) {
     uint64_t start = (uint64_t) ext[k] * v->cfg.al_extent;

@@ -17,6 +17,7 @@
 #include "resync.h"
 #include "al.h"
 #include "verify.h"
+#include "backup.h"
 #include "random.h"
 #include "cleanup.h"
 
@@ -107,6 +108,18 @@ latency_hist_json (struct leg *l)
                     "count", counter (&l->stats.latency_count));
 }
 
+/* The running backup (backup.c), or null. */
+static json_t *
+backup_json (const struct backup_status *b)
+{
+  if (!b->running)
+    return json_null ();
+  return json_pack ("{s:s, s:o, s:s, s:I}", "token", b->token,
+                    "leg", b->leg >= 0 ? json_integer (b->leg) : json_null (),
+                    "consistency", b->point_in_time ? "point-in-time" : "live",
+                    "since", (json_int_t) b->since);
+}
+
 /* One leg.  v->lock held. */
 static json_t *
 leg_json (struct volume *v, struct leg *l)
@@ -127,6 +140,8 @@ leg_json (struct volume *v, struct leg *l)
   json_object_set_new (j, "writes", json_integer (counter (&l->stats.writes)));
   json_object_set_new (j, "errors", json_integer (counter (&l->stats.errors)));
   json_object_set_new (j, "last_error", string_or_null (l->last_error));
+  json_object_set_new (j, "hold", l->held ? json_string ("backup")
+                                          : json_null ());
   json_object_set_new (j, "slot", l->slot >= 0 ? json_integer (l->slot)
                                                : json_null ());
   json_object_set_new (j, "local", json_boolean (l->local));
@@ -162,7 +177,7 @@ expected_legs (struct volume *v)
 
 /* The "volume" object.  v->lock held. */
 static json_t *
-volume_json (struct volume *v)
+volume_json (struct volume *v, const struct backup_status *b)
 {
   unsigned up = (unsigned) __builtin_popcount (MB_UPTODATE (membership_load (v)));
   json_t *j;
@@ -196,6 +211,9 @@ volume_json (struct volume *v)
                        json_integer ((json_int_t)
                                      atomic_load (&v->verify_rate)));
   json_object_set_new (j, "verify", verify_json (v));
+  json_object_set_new (j, "backup", backup_json (b));
+  json_object_set_new (j, "backup_base", b->have_base ? json_string (b->base)
+                                                     : json_null ());
   return j;
 }
 
@@ -205,10 +223,12 @@ status_json (struct volume *v)
 {
   json_t *legs = json_array ();
   json_t *vol;
+  struct backup_status b;
   size_t i;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
 
-  vol = volume_json (v);
+  backup_get_status (v, &b);    /* takes change_lock: before v->lock */
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+  vol = volume_json (v, &b);
   for (i = 0; i < v->nr_legs; ++i)
     json_array_append_new (legs, leg_json (v, &v->legs[i]));
   return json_pack ("{s:b, s:o, s:o}", "ok", 1, "volume", vol, "legs", legs);
