@@ -19,7 +19,8 @@
 
 static const struct subcommand *const subcommands[] = {
   &cmd_status, &cmd_watch, &cmd_add, &cmd_remove, &cmd_fail, &cmd_resync,
-  &cmd_set, &cmd_verify, &cmd_metrics, &cmd_inspect,
+  &cmd_set, &cmd_verify, &cmd_metrics, &cmd_inspect, &cmd_backup,
+  &cmd_backups, &cmd_backup_delete, &cmd_backup_verify,
 };
 #define NR_SUBCOMMANDS (sizeof subcommands / sizeof subcommands[0])
 
@@ -32,7 +33,8 @@ main_help (void)
   printf ("Usage: nbdrep [-v] SUBCOMMAND [OPTIONS] ARGS...\n"
           "\n"
           "Operate nbdkit-replicate volumes through their control socket "
-          "(CTL),\nand inspect the metadata of a leg offline.\n"
+          "(CTL),\ninspect the metadata of a leg offline, and back volumes "
+          "up to S3 or WebDAV\nstores (TARGET).\n"
           "\n"
           "Subcommands:\n");
   for (i = 0; i < NR_SUBCOMMANDS; ++i)
@@ -47,7 +49,8 @@ main_help (void)
           "'nbdrep SUBCOMMAND --help' describes a subcommand; nbdrep(1) "
           "has the rest.\n"
           "Exit status: 0 ok, 1 error, 2 usage error, 3 volume not healthy "
-          "(status)\nor mismatches left (verify --wait).\n");
+          "(status)\nor mismatches left (verify --wait) or bad blocks "
+          "(backup-verify).\n");
   exit (EXIT_OK);
 }
 

@@ -15,6 +15,8 @@
  * metrics.c     nbdrep metrics (Prometheus text format)
  * inspect.c     nbdrep inspect: reading and decoding a leg's metadata
  * inspect-text.c, inspect-json.c   its two renderings
+ * backup.c      nbdrep backup (with the controller, to a store)
+ * backups.c     nbdrep backups, backup-delete, backup-verify; open_store
  *
  * Conventions: a subcommand returns its exit status (EXIT_*).  A
  * function that fails prints its error with nbdrep_error () first and
@@ -34,7 +36,8 @@
 #define EXIT_OK 0
 #define EXIT_ERROR 1
 #define EXIT_USAGE 2
-#define EXIT_UNHEALTHY 3     /* status: not healthy; verify: mismatches */
+#define EXIT_UNHEALTHY 3     /* status: not healthy; verify: mismatches;
+                                backup-verify: bad blocks */
 
 /* ---- nbdrep.c ---------------------------------------------------- */
 
@@ -49,7 +52,8 @@ struct subcommand {
 };
 
 extern const struct subcommand cmd_status, cmd_watch, cmd_add, cmd_remove,
-  cmd_fail, cmd_resync, cmd_set, cmd_verify, cmd_metrics, cmd_inspect;
+  cmd_fail, cmd_resync, cmd_set, cmd_verify, cmd_metrics, cmd_inspect,
+  cmd_backup, cmd_backups, cmd_backup_delete, cmd_backup_verify;
 
 /* ---- messages.c -------------------------------------------------- */
 
@@ -221,5 +225,18 @@ extern void screen_draw (struct screen *scr, FILE *fp,
 
 /* Sleep for a number of seconds (interrupted sleeps resume). */
 extern void sleep_seconds (double seconds);
+
+/* ---- backups.c --------------------------------------------------- */
+
+struct bs_store;
+/* Put the store options (KEY=VALUE) among the operands from first on
+ * after the others; returns the number of the others.
+ */
+extern int partition_operands (int argc, char **argv, int first);
+/* Open and check the store TARGET with nopts KEY=VALUE store options.
+ * NULL after an error.
+ */
+extern struct bs_store *open_store (const char *target, int nopts,
+                                    char **opts);
 
 #endif /* NBDREP_H */

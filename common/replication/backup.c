@@ -6,10 +6,11 @@
  *
  * Point in time.  With two or more uptodate legs (and at least quorum
  * left without one) an uptodate NBD leg is held out: with every client
- * write kept out by a range lock over the whole volume, the leg leaves
- * the write set exactly as a failing leg does (its slot turns absent,
- * so what it misses is marked in its bitmap, and a generation bump
- * records it), is flushed, and the writes go on without it.  Its state
+ * write kept out by a range lock over the whole volume, the leg is
+ * flushed and leaves the write set as a failing leg does (its slot
+ * turns absent, so what it misses is marked in its bitmap, and a
+ * generation bump records it), except that its bitmap starts empty: it
+ * completed every write.  The writes go on without it.  Its state
  * is stale with `held` set, so it serves nothing and the monitor does
  * not resync it; the client reads the image from its server directly.
  * backup-end releases it and the monitor resyncs it incrementally.
@@ -196,15 +197,25 @@ leg_to_hold (struct volume *v, const char **why)
   return pick;
 }
 
-/* Take leg l out of the write set, stale and held, its absence to be
- * recorded by the caller's bump.  change_lock held; writes kept out.
+/* Flush leg l and take it out of the write set, stale and held, its
+ * absence to be recorded by the caller's bump.  With every write kept
+ * out and the leg flushed, it holds every write the others hold: its
+ * bitmap starts empty (no hot extents).  change_lock held.  Returns -1
+ * (nothing changed) if the flush failed.
  */
-static void
+static int
 hold_leg (struct volume *v, struct leg *l)
 {
+  static const struct leg_cmd flush = { .op = OP_FLUSH };
   uint16_t bit = 1u << l->index;
   uint64_t m;
+  int e = leg_sync_io (l, &flush);
 
+  if (e != 0) {
+    nbdkit_debug ("backup: flushing leg %u failed: %s", l->index,
+                  strerror (e));
+    return -1;
+  }
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
     atomic_store (&l->state, LEG_STALE);
@@ -214,7 +225,8 @@ hold_leg (struct volume *v, struct leg *l)
     membership_publish (v, MB_UPTODATE (m) & ~bit, MB_WRITING (m) & ~bit,
                         MB_ABSENT (m) | (1u << l->slot));
   }
-  meta_record_absent (v, l, true);
+  meta_record_absent (v, l, true, true);
+  return 0;
 }
 
 /* Let a held leg go: the monitor resyncs it. */
@@ -238,8 +250,10 @@ begin_locked (struct volume *v, struct backup *b, const char *base,
   if (s >= 0 && start_period (v, b, s, base, token) == -1)
     return -1;
   b->held = leg_to_hold (v, why_live);
-  if (b->held)
-    hold_leg (v, b->held);
+  if (b->held && hold_leg (v, b->held) == -1) {
+    b->held = NULL;
+    *why_live = "flushing the leg to hold failed";
+  }
   if (v->metadata && meta_bump (v) == -1) {
     nbdkit_error ("backup: no uptodate leg took the new generation");
     return -1;
@@ -309,13 +323,6 @@ backup_begin (struct volume *v, const char *base, const void *owner,
     free_backup (b);
     snprintf (err, errlen, "cannot record the backup in the metadata");
     return -1;
-  }
-  if (b->held) {
-    static const struct leg_cmd flush = { .op = OP_FLUSH };
-    int e = leg_sync_io (b->held, &flush);
-    if (e != 0)
-      nbdkit_debug ("backup: flush of the held leg %u: %s", b->held->index,
-                    strerror (e));
   }
   v->backup = b;
   src = b->held ? b->held : live_source (v);

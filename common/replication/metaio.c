@@ -253,14 +253,16 @@ meta_write_sb (struct volume *v, uint16_t legs, int *errs)
 
 /* Record that leg l no longer receives writes (see metaio.h). */
 void
-meta_record_absent (struct volume *v, struct leg *l, bool was_uptodate)
+meta_record_absent (struct volume *v, struct leg *l, bool was_uptodate,
+                    bool flushed)
 {
   struct sb_slot *s;
 
   if (l->slot < 0 || v->bitmaps[l->slot] == NULL)
     return;
   s = &v->sb.slots[l->slot];
-  al_or_hot_into (v->al, v->bitmaps[l->slot]);
+  if (!flushed)
+    al_or_hot_into (v->al, v->bitmaps[l->slot]);
   if (was_uptodate) {
     s->bm_gen = l->gen;
     s->flags &= ~SLOT_MEMBER;
@@ -301,7 +303,7 @@ fail_unreached (struct volume *v, uint16_t failed, const int *errs)
               strerror (errs[i]));
     if (volume_mark_failed (v, l, EPOCH_ANY, reason, &was_uptodate)) {
       leg_shutdown (l);
-      meta_record_absent (v, l, was_uptodate);
+      meta_record_absent (v, l, was_uptodate, false);
     }
   }
 }
@@ -350,7 +352,7 @@ meta_record_failure (struct volume *v, struct leg *l, bool was_uptodate)
     return;
 
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
-  meta_record_absent (v, l, was_uptodate);
+  meta_record_absent (v, l, was_uptodate, false);
   if (meta_bump (v) == -1)
     nbdkit_error ("no uptodate leg left to record the failure of leg %u",
                   l->index);

@@ -40,12 +40,13 @@ extern uint16_t meta_write_sb (struct volume *v, uint16_t legs, int *errs);
 extern int meta_bump (struct volume *v);
 
 /* Record that leg l no longer receives writes (change_lock held): the
- * hot extents into its bitmap, its bm_gen if it was a member, and its
- * bitmap pages all to be rewritten for this new absence.  The caller
- * bumps the generation.
+ * hot extents into its bitmap (a write there may be torn or lost on it,
+ * unless it completed every write and was flushed since: `flushed`),
+ * its bm_gen if it was a member, and its bitmap pages all to be
+ * rewritten for this new absence.  The caller bumps the generation.
  */
 extern void meta_record_absent (struct volume *v, struct leg *l,
-                                bool was_uptodate);
+                                bool was_uptodate, bool flushed);
 
 /* Record the failure of leg l (see member.c): its hot extents into its
  * bitmap, its bm_gen, a generation bump.  Takes change_lock.  Nothing

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The monitor thread: reconnects failed legs and starts resyncs.
+/* The monitor thread: notices lost connections, reconnects failed legs
+ * and starts resyncs.
  *
  * A failed leg is retried with exponential backoff (1 s doubling to
  * MAX_BACKOFF).  Its old connections are closed first (leg_close waits
@@ -296,6 +297,45 @@ tend_legs (struct volume *v)
   }
 }
 
+/* Has one of the leg's connections died (its server went away while
+ * nothing was asked of it: the poller saw the end of the stream)?
+ */
+static bool
+connection_lost (struct leg *l)
+{
+  unsigned i;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->conns_lock);
+
+  for (i = 0; i < l->nr_conns; ++i)
+    if (atomic_load (&l->conns[i]->dead))
+      return true;
+  return false;
+}
+
+/* Fail the legs in use whose server went away, without waiting for a
+ * request to find out (on an idle volume a dead leg would otherwise
+ * look uptodate, and be picked as a backup's source).  v->lock held
+ * (dropped around the work).
+ */
+static void
+check_connections (struct volume *v)
+{
+  size_t i;
+
+  for (i = 0; i < v->nr_legs; ++i) {
+    struct leg *l = &v->legs[i];
+    enum leg_state st = atomic_load (&l->state);
+    unsigned epoch = atomic_load (&l->epoch);
+
+    if (l->local || !(st == LEG_UPTODATE || st == LEG_SYNCING))
+      continue;
+    pthread_mutex_unlock (&v->lock);
+    if (connection_lost (l))
+      volume_fail_leg (v, l, epoch, "connection to the server lost");
+    pthread_mutex_lock (&v->lock);
+  }
+}
+
 /* The monitor thread. */
 static void *
 monitor_thread (void *arg)
@@ -306,6 +346,7 @@ monitor_thread (void *arg)
   while (!atomic_load (&v->stopping)) {
     struct timespec ts;
 
+    check_connections (v);
     tend_legs (v);
     clock_gettime (CLOCK_REALTIME, &ts);
     ts.tv_nsec += 200000000;

@@ -1,0 +1,281 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* WebDAV: objects are files under the target URL, directories are
+ * collections.
+ *
+ * PUT, GET, HEAD and DELETE as in HTTP.  A PUT into a collection that
+ * does not exist gets 409 Conflict (RFC 4918 9.7.1, Apache; nginx
+ * without create_full_put_path says 500): the parents are then made
+ * with MKCOL,
+ * the nearest first and going up only while the server says 409, and
+ * the PUT is tried again.  Listings are PROPFIND with Depth: 1 (servers
+ * refuse Depth: infinity), walked collection by collection when a
+ * whole tree is wanted; a collection that does not exist lists empty.
+ * credentials=FILE is a netrc file for servers that want a login.
+ */
+
+#include <config.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+
+#include "cleanup.h"
+#include "internal.h"
+
+static const char propfind_body[] =
+  "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n"
+  "<propfind xmlns=\"DAV:\"><prop><resourcetype/><getlastmodified/>"
+  "<getcontentlength/></prop></propfind>\n";
+
+/* The URL of a key. */
+char *
+dav_url (struct bs_store *s, const char *key)
+{
+  CLEANUP_FREE char *path = bs_uri_encode (key, true);
+  char *url;
+
+  if (path == NULL || asprintf (&url, "%s%s", s->cfg->base_url, path) == -1)
+    return NULL;
+  return url;
+}
+
+/* The headers of a request: Depth for PROPFIND. */
+int
+dav_headers (struct bs_store *s, struct bs_request *r)
+{
+  struct curl_slist *h = NULL;
+
+  (void) s;
+  if (strcmp (r->verb, "PROPFIND") == 0) {
+    h = curl_slist_append (NULL, "Depth: 1");
+    if (h)
+      h = curl_slist_append (h, "Content-Type: application/xml");
+  }
+  else if (strcmp (r->verb, "PUT") == 0)
+    h = curl_slist_append (NULL, "Content-Type: application/octet-stream");
+  else
+    return 0;
+  if (h == NULL) {
+    nbdkit_error ("out of memory");
+    return -1;
+  }
+  r->headers = h;
+  return 0;
+}
+
+/* Login options of an easy handle: a netrc file. */
+int
+dav_setup (struct bs_store *s, CURL *easy)
+{
+  if (s->cfg->credentials == NULL)
+    return 0;
+  if (curl_easy_setopt (easy, CURLOPT_NETRC_FILE, s->cfg->credentials)
+      != CURLE_OK ||
+      curl_easy_setopt (easy, CURLOPT_NETRC, (long) CURL_NETRC_REQUIRED)
+      != CURLE_OK)
+    return -1;
+  return 0;
+}
+
+/* One MKCOL (405, it exists, is success; 409, its parent is missing,
+ * is BS_NOT_FOUND: see classify).
+ */
+static enum bs_result
+mkcol (struct bs_store *s, const char *dir)
+{
+  struct bs_request *r = req_new (s, "MKCOL", dir, NULL, 0);
+  enum bs_result res;
+
+  if (r == NULL)
+    return BS_ERROR;
+  res = run_sync (r);
+  req_free (r);
+  return res;
+}
+
+/* Make the collection dir ("a/b/", "" for the base), and its parents
+ * if they are missing.
+ */
+static int
+make_collection (struct bs_store *s, const char *dir)
+{
+  enum bs_result res = mkcol (s, dir);
+
+  if (res == BS_NOT_FOUND && *dir) {
+    CLEANUP_FREE char *parent = strdup (dir);
+    char *slash;
+    if (parent == NULL) {
+      nbdkit_error ("out of memory");
+      return -1;
+    }
+    parent[strlen (parent) - 1] = '\0';
+    slash = strrchr (parent, '/');
+    if (slash)
+      slash[1] = '\0';
+    else
+      parent[0] = '\0';
+    if (make_collection (s, parent) == -1)
+      return -1;
+    res = mkcol (s, dir);
+  }
+  if (res == BS_NOT_FOUND)
+    nbdkit_error ("%s/%s: MKCOL: HTTP 409: the parent collection is "
+                  "missing", s->cfg->target, dir);
+  return res == BS_OK ? 0 : -1;
+}
+
+/* Make the collections a key is in. */
+int
+dav_make_parents (struct bs_store *s, const char *key)
+{
+  CLEANUP_FREE char *dir = strdup (key);
+  char *slash;
+
+  if (dir == NULL) {
+    nbdkit_error ("out of memory");
+    return -1;
+  }
+  slash = strrchr (dir, '/');
+  if (slash)
+    slash[1] = '\0';
+  else
+    dir[0] = '\0';
+  return make_collection (s, dir);
+}
+
+/* Decode %XX in place. */
+static void
+percent_decode (char *s)
+{
+  char *q = s;
+
+  for (; *s; ++s) {
+    if (*s == '%' && s[1] && s[2]) {
+      char hex[3] = { s[1], s[2], '\0' };
+      char *end;
+      unsigned long v = strtoul (hex, &end, 16);
+      if (*end == '\0') {
+        *q++ = (char) v;
+        s += 2;
+        continue;
+      }
+    }
+    *q++ = *s;
+  }
+  *q = '\0';
+}
+
+/* The decoded path of a URL or of an absolute path. */
+static const char *
+url_path (char *url)
+{
+  char *p = strstr (url, "://");
+
+  percent_decode (url);
+  if (p) {
+    p = strchr (p + 3, '/');
+    return p ? p : "/";
+  }
+  return url;
+}
+
+/* Add the children of one multistatus reply to out, their names
+ * prefixed by name_prefix; dirs collects the subcollections.
+ */
+static int
+parse_multistatus (const struct bs_buf *body, const char *coll_path,
+                   const char *name_prefix, struct bs_list *out,
+                   struct bs_list *dirs)
+{
+  const char *p = body->data, *end = body->data + body->len, *c, *cc;
+  size_t len, clen, plen = strlen (coll_path);
+
+  while (xml_next (&p, end, "response", &c, &len)) {
+    CLEANUP_FREE char *href = xml_text (c, c + len, "href");
+    CLEANUP_FREE char *mtime = xml_text (c, c + len, "getlastmodified");
+    CLEANUP_FREE char *size = xml_text (c, c + len, "getcontentlength");
+    CLEANUP_FREE char *name = NULL;
+    const char *path, *q = c;
+    bool is_dir = xml_next (&q, c + len, "collection", &cc, &clen);
+    size_t n;
+
+    if (href == NULL)
+      continue;
+    path = url_path (href);
+    if (strncmp (path, coll_path, plen) != 0)
+      continue;
+    path += plen;
+    n = strlen (path);
+    while (n > 0 && path[n - 1] == '/')
+      n--;
+    if (n == 0 || memchr (path, '/', n))
+      continue;                 /* the collection itself, or not a child */
+    if (asprintf (&name, "%s%.*s%s", name_prefix, (int) n, path,
+                  is_dir ? "/" : "") == -1) {
+      name = NULL;
+      return -1;
+    }
+    if (list_add (is_dir ? dirs : out, name,
+                  mtime ? curl_getdate (mtime, NULL) : 0,
+                  size ? strtoull (size, NULL, 10) : 0) == -1)
+      return -1;
+  }
+  return 0;
+}
+
+/* PROPFIND one collection. */
+static int
+list_one (struct bs_store *s, const char *prefix, const char *name_prefix,
+          struct bs_list *out, struct bs_list *dirs)
+{
+  struct bs_request *r = req_new (s, "PROPFIND", prefix, propfind_body,
+                                  sizeof propfind_body - 1);
+  CLEANUP_FREE char *coll = NULL;
+  enum bs_result res;
+  int ret = 0;
+
+  if (r == NULL)
+    return -1;
+  coll = strdup (r->url);
+  res = coll ? run_sync (r) : BS_ERROR;
+  if (res == BS_OK)
+    ret = parse_multistatus (&r->resp, url_path (coll), name_prefix, out,
+                             dirs);
+  else if (res == BS_ERROR)
+    ret = -1;
+  req_free (r);
+  if (ret == -1 && res == BS_OK)
+    nbdkit_error ("out of memory");
+  return ret;
+}
+
+/* List a collection, or the tree under it. */
+int
+dav_list (struct bs_store *s, const char *prefix, bool recursive,
+          struct bs_list *out)
+{
+  struct bs_list dirs = { 0 };
+  size_t i;
+  int r;
+
+  if (!recursive) {
+    r = list_one (s, prefix, "", out, out);
+    return r;
+  }
+  r = list_one (s, prefix, "", out, &dirs);
+  /* dirs grows while it is walked: each subcollection's own
+   * subcollections are appended to it.
+   */
+  for (i = 0; r == 0 && i < dirs.n; ++i) {
+    CLEANUP_FREE char *sub = NULL;
+    if (asprintf (&sub, "%s%s", prefix, dirs.e[i].name) == -1) {
+      sub = NULL;
+      r = -1;
+      break;
+    }
+    r = list_one (s, sub, dirs.e[i].name, out, &dirs);
+  }
+  bs_list_free (&dirs);
+  return r;
+}

@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* What store.c shares with the two protocols (s3.c, dav.c).
+ *
+ * A request is built once (URL, verb, headers, body) and can be run
+ * several times: run_sync does it on a pooled easy handle, bs_multi
+ * on its curl multi handle.  classify turns the outcome of one attempt
+ * into done, not found, retry or fail.
+ */
+
+#ifndef BACKUPSTORE_INTERNAL_H
+#define BACKUPSTORE_INTERNAL_H
+
+#include <pthread.h>
+
+#include <curl/curl.h>
+
+#include "backupstore.h"
+
+enum bs_kind { BS_S3, BS_DAV };
+
+struct bs_config {
+  enum bs_kind kind;
+  char *target;                 /* canonical: "s3://bucket/prefix" */
+  char *bucket, *prefix;        /* S3; prefix "" or "a/b" */
+  char *base_url;               /* WebDAV: "http://h:p/path/" */
+  char *endpoint, *region, *addressing;
+  char *credentials, *profile, *cafile;
+  bool insecure;
+  unsigned connections, retries;
+  double timeout;
+};
+
+struct bs_store {
+  struct bs_config *cfg;
+  /* S3 */
+  struct bs_s3_addr addr;
+  char *scheme, *host;          /* of the endpoint */
+  char *access_key, *secret_key, *session_token, *provider;
+  /* idle easy handles (connections are kept with them) */
+  pthread_mutex_t lock;
+  CURL **idle;
+  size_t nr_idle, cap_idle;
+};
+
+/* One request and the state of its attempts. */
+struct bs_request {
+  struct bs_store *s;
+  char *key;                    /* relative to the target, for messages */
+  char *url;
+  const char *verb;             /* GET PUT HEAD DELETE PROPFIND MKCOL */
+  const void *body;
+  size_t body_len, body_off;
+  struct curl_slist *headers;
+  struct bs_buf resp;
+  unsigned attempt;             /* attempts made */
+  bool made_parents;            /* WebDAV: MKCOL done once already */
+  double not_before;            /* monotonic time of the next attempt */
+  CURL *easy;
+  char errbuf[CURL_ERROR_SIZE];
+  bs_done_fn done;              /* bs_multi only */
+  void *opaque;
+  struct bs_request *next;
+};
+
+enum outcome { OUT_OK, OUT_NOT_FOUND, OUT_RETRY, OUT_FAIL, OUT_MKCOL };
+
+/* store.c */
+extern struct bs_request *req_new (struct bs_store *s, const char *verb,
+                                   const char *key, const void *body,
+                                   size_t len);
+extern void req_free (struct bs_request *r);
+extern enum bs_result run_sync (struct bs_request *r);
+extern int buf_append (struct bs_buf *b, const void *data, size_t len);
+extern double now_mono (void);
+
+/* s3.c */
+extern char *s3_url (struct bs_store *s, const char *key);
+extern int s3_headers (struct bs_store *s, struct bs_request *r);
+extern int s3_setup (struct bs_store *s, CURL *easy);
+extern int s3_open (struct bs_store *s);
+extern int s3_list (struct bs_store *s, const char *prefix, bool recursive,
+                    struct bs_list *out);
+/* The server's error code and message of a failed S3 request, from its
+ * XML body ("" if none).
+ */
+extern void s3_error_code (const struct bs_buf *body, char *code,
+                           size_t len);
+/* Parse an ISO 8601 UTC time (2024-01-02T03:04:05.000Z); 0 if bad. */
+extern time_t parse_iso_time (const char *s);
+
+/* dav.c */
+extern char *dav_url (struct bs_store *s, const char *key);
+extern int dav_headers (struct bs_store *s, struct bs_request *r);
+extern int dav_setup (struct bs_store *s, CURL *easy);
+extern int dav_make_parents (struct bs_store *s, const char *key);
+extern int dav_list (struct bs_store *s, const char *prefix, bool recursive,
+                     struct bs_list *out);
+
+/* catalog.c helpers used by the listing code */
+extern int list_add (struct bs_list *l, const char *name, time_t mtime,
+                     uint64_t size);
+
+#endif /* BACKUPSTORE_INTERNAL_H */
