@@ -1,0 +1,507 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# shellcheck shell=bash disable=SC2034
+# (SC2034: the variables set here are read by the scripts that source it)
+#
+# bench/lib.sh: what bench/run, bench/cpucost, bench/rebuild and
+# bench/scale share; sourced, never run.
+#
+# It gives a script a private work directory, starts the systems under
+# test on Unix sockets in it, and stops, by PID, exactly the processes it
+# started.  Rules:
+# - Processes are started from the script's main shell (never inside
+#   $(...) or a pipeline), so they are its children: `alive` checks the
+#   parent too, so a PID reused by a stranger is never signalled.
+# - Every wait is bounded: START_TIMEOUT for a server to answer,
+#   STOP_GRACE between SIGTERM and SIGKILL; the scripts wrap each client
+#   (fio, nbdcopy, nbdreq.py) in `timeout`.
+# - Front-ends are stopped before replicas (nbdkit keeps serving the
+#   clients connected when it gets SIGTERM, so a replica exits only once
+#   its front-end is gone).
+#
+# Systems (start_system NAME); each exports one device on
+# $WORK/NAME.sock, export name "":
+#   L        nbdkit memory SIZE                         the direct replica, the limit
+#   P1       nbdkit nbd plugin -> 1 memory replica      nbdkit's pass-through
+#   Q3       qemu-storage-daemon quorum (vote-threshold=1, read-pattern=fifo)
+#            over 3 nbd children -> 3 memory replicas
+#   CN       our plugin over N memory replicas (metadata on: internal)
+#   CNm0     the same with metadata=none
+#   CNf      our filter over nbdkit memory (leg 0) and N-1 memory replicas
+#   NAMEb    a second, identical instance of NAME (the A/A check)
+#   NAME-TAG another instance of NAME (bench/scale: C3-c8)
+# Controllers get control=$WORK/NAME.ctl and $C_ARGS; start_system waits
+# until `nbdrep status` says healthy.
+#
+# Knobs (environment):
+#   SIZE           size of every replica (nbdkit syntax, default 256M)
+#   C_ARGS         extra parameters for every controller, e.g. "connections=8"
+#   PLUGIN FILTER NBDREP  the built plugin, filter and nbdrep (default:
+#                  the build tree this bench/ directory belongs to)
+#   START_TIMEOUT  seconds a server may take to answer (default 60)
+#   STOP_GRACE     seconds between SIGTERM and SIGKILL (default 15)
+#   KEEP_WORK=1    keep the work directory (server logs) at exit
+#   PYTHON         a python3 with the libnbd bindings (default: found)
+
+set -euo pipefail
+export LC_ALL=C
+export PYENV_VERSION=system      # pyenv shims: use the system python3
+
+BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+TOP=$(cd "$BENCH/.." && pwd)
+PLUGIN=${PLUGIN:-$TOP/plugins/replicate/.libs/nbdkit-replicate-plugin.so}
+FILTER=${FILTER:-$TOP/filters/replicate/.libs/nbdkit-replicate-filter.so}
+NBDREP=${NBDREP:-$TOP/nbdrep/nbdrep}
+SIZE=${SIZE:-256M}
+C_ARGS=${C_ARGS:-}
+START_TIMEOUT=${START_TIMEOUT:-60}
+STOP_GRACE=${STOP_GRACE:-15}
+KEEP_WORK=${KEEP_WORK:-0}
+
+WRAP_FRONT=()        # command prefix for front-end processes (cpucost)
+WRAP_REPLICA=()      # the same for replica processes
+WRAP_FORKS=0         # 1: the wrapper forks the server (perf stat)
+
+declare -A ROLE=()        # pid -> front | replica | client, while we own it
+declare -A FORKED=()      # pid -> 1 if the server is the wrapper's child
+STARTED=()                # owned pids in start order
+declare -A SYS_URI=()     # system -> URI of its device
+declare -A SYS_PIDS=()    # system -> its pids (replicas first)
+declare -A SYS_FRONT=()   # system -> pid of its front-end
+declare -A SYS_CTL=()     # system -> control socket (controllers)
+LAST_PID=
+
+# say MSG...: progress on stderr.
+say ()
+{
+  echo "# $(date +%T) $*" >&2
+}
+
+# die MSG...: fail the script.
+die ()
+{
+  echo "$(basename "$0"): $*" >&2
+  exit 1
+}
+
+# need TOOL...: fail naming the Debian package of the first missing tool.
+need ()
+{
+  local t
+  for t in "$@"; do
+    command -v "$t" >/dev/null 2>&1 && continue
+    case $t in
+      qemu-storage-daemon) die "missing $t (apt-get install qemu-system-common)" ;;
+      nbdcopy|nbdinfo) die "missing $t (apt-get install libnbd-bin)" ;;
+      perf) die "missing $t (apt-get install linux-perf)" ;;
+      *) die "missing $t (apt-get install $t)" ;;
+    esac
+  done
+}
+
+# pick_python: set PY to a python3 that can import nbd (python3-libnbd).
+pick_python ()
+{
+  local p
+  for p in ${PYTHON:-} /usr/bin/python3 $(type -ap python3); do
+    if "$p" -c 'import nbd' >/dev/null 2>&1; then
+      PY=$p
+      return 0
+    fi
+  done
+  die "no python3 with the libnbd bindings (apt-get install python3-libnbd)"
+}
+
+# check_build: fail unless the plugin, the filter and nbdrep are built.
+check_build ()
+{
+  local f
+  for f in "$PLUGIN" "$FILTER" "$NBDREP"; do
+    [ -e "$f" ] || die "$f is missing: build the tree first (make -C $TOP)"
+  done
+}
+
+# make_work: create the work directory $WORK and the exit handling.
+make_work ()
+{
+  WORK=$(mktemp -d "${TMPDIR:-/tmp}/nbdrep-bench.XXXXXX")
+  trap on_exit EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+}
+
+# on_exit: stop everything we started; remove $WORK unless KEEP_WORK=1.
+on_exit ()
+{
+  local rc=$?
+  set +eu
+  trap '' INT TERM
+  stop_all
+  if [ "$KEEP_WORK" = 1 ]; then
+    echo "# work directory kept: $WORK" >&2
+  else
+    rm -rf "$WORK"
+  fi
+  exit "$rc"
+}
+
+# alive PID: is PID a running (not zombie) child of this shell?
+alive ()
+{
+  local stat state ppid
+  read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
+  read -r state ppid _ <<<"${stat##*) }"
+  [ "$state" != Z ] && [ "$ppid" = "$$" ]
+}
+
+# wait_gone PID SECS: wait until PID has exited, at most SECS seconds.
+wait_gone ()
+{
+  local i
+  for (( i = 0; i < $2 * 10; i++ )); do
+    alive "$1" || return 0
+    sleep 0.1
+  done
+  ! alive "$1"
+}
+
+# spawn ROLE LOG CMD...: start CMD in the background as ours; sets LAST_PID.
+spawn ()
+{
+  local role=$1 log=$2
+  shift 2
+  "$@" </dev/null >>"$log" 2>&1 &
+  LAST_PID=$!
+  ROLE[$LAST_PID]=$role
+  STARTED+=("$LAST_PID")
+}
+
+# stop_pid PID: SIGTERM our process PID (the server, not perf, when
+# wrapped by perf stat), wait STOP_GRACE s, then SIGKILL; reap it.
+stop_pid ()
+{
+  local pid=$1 kids=()
+  [ -n "${ROLE[$pid]-}" ] || return 0
+  if alive "$pid"; then
+    if [ -n "${FORKED[$pid]-}" ]; then
+      read -r -a kids <"/proc/$pid/task/$pid/children" || true
+    fi
+    if [ ${#kids[@]} -gt 0 ]; then
+      kill -TERM "${kids[@]}" 2>/dev/null || true
+    else
+      kill -TERM "$pid" 2>/dev/null || true
+    fi
+    if ! wait_gone "$pid" "$STOP_GRACE"; then
+      say "pid $pid (${ROLE[$pid]}) still up $STOP_GRACE s after SIGTERM: SIGKILL"
+      if [ ${#kids[@]} -gt 0 ]; then
+        kill -KILL "${kids[@]}" 2>/dev/null || true
+      fi
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  fi
+  wait "$pid" 2>/dev/null || true
+  unset "ROLE[$pid]" "FORKED[$pid]"
+}
+
+# stop_all: stop every process we own: clients and front-ends (newest
+# first), then replicas.
+stop_all ()
+{
+  local i pid
+  for (( i = ${#STARTED[@]} - 1; i >= 0; i-- )); do
+    pid=${STARTED[i]}
+    if [ "${ROLE[$pid]-}" != replica ]; then stop_pid "$pid"; fi
+  done
+  for (( i = ${#STARTED[@]} - 1; i >= 0; i-- )); do
+    stop_pid "${STARTED[i]}"
+  done
+  STARTED=()
+}
+
+# uri_of SOCK: the NBD URI of the export on Unix socket SOCK.
+uri_of ()
+{
+  echo "nbd+unix:///?socket=$1"
+}
+
+# wait_nbd SOCK PID: wait until an NBD server answers on SOCK; fail if
+# PID dies or START_TIMEOUT passes.
+wait_nbd ()
+{
+  local deadline=$(( SECONDS + START_TIMEOUT ))
+  while [ "$SECONDS" -le "$deadline" ]; do
+    if [ -S "$1" ] &&
+       timeout 10 nbdinfo --size "$(uri_of "$1")" >/dev/null 2>&1; then
+      return 0
+    fi
+    alive "$2" || return 1
+    sleep 0.2
+  done
+  return 1
+}
+
+# start_server ROLE NAME CMD...: start nbdkit-like CMD (which serves on
+# $WORK/NAME.sock) with the wrapper of ROLE, wait until it answers.
+start_server ()
+{
+  local role=$1 name=$2 wrap=()
+  shift 2
+  if [ "$role" = replica ]; then
+    wrap=("${WRAP_REPLICA[@]}")
+  else
+    wrap=("${WRAP_FRONT[@]}")
+  fi
+  rm -f "$WORK/$name.sock"
+  echo "== $(date +%T) ${wrap[*]} $*" >>"$WORK/$name.log"
+  spawn "$role" "$WORK/$name.log" "${wrap[@]}" "$@"
+  if [ ${#wrap[@]} -gt 0 ] && [ "$WRAP_FORKS" = 1 ]; then
+    FORKED[$LAST_PID]=1
+  fi
+  if ! wait_nbd "$WORK/$name.sock" "$LAST_PID"; then
+    say "$name did not start; the end of $WORK/$name.log:"
+    tail -n 5 "$WORK/$name.log" >&2
+    return 1
+  fi
+}
+
+# start_replicas SYS N SIZE: N nbdkit memory replicas SYS-r0 ...; sets
+# REPLICA_URIS and appends their pids to SYS_PIDS[SYS].
+start_replicas ()
+{
+  local sys=$1 n=$2 size=$3 i
+  REPLICA_URIS=()
+  for (( i = 0; i < n; i++ )); do
+    start_server replica "$sys-r$i" \
+      nbdkit -f -U "$WORK/$sys-r$i.sock" memory "size=$size" || return 1
+    SYS_PIDS[$sys]="${SYS_PIDS[$sys]-} $LAST_PID"
+    REPLICA_URIS+=("$(uri_of "$WORK/$sys-r$i.sock")")
+  done
+}
+
+# healthy CTL: does `nbdrep status` say the volume is healthy?
+healthy ()
+{
+  timeout 10 "$NBDREP" status "$1" >/dev/null 2>&1
+}
+
+# wait_healthy CTL PID: wait until the volume is healthy (a controller
+# with metadata=none rebuilds legs 1.. at every start).
+wait_healthy ()
+{
+  local deadline=$(( SECONDS + START_TIMEOUT ))
+  while [ "$SECONDS" -le "$deadline" ]; do
+    healthy "$1" && return 0
+    alive "$2" || return 1
+    sleep 0.2
+  done
+  return 1
+}
+
+# system_base NAME: the system NAME is an instance of (NAMEb -> NAME,
+# NAME-TAG -> NAME).
+system_base ()
+{
+  local s=${1%%-*}
+  if [[ $s =~ ^(L|P1|Q3|C[0-9]+(f|m0)?)b$ ]]; then
+    echo "${s%b}"
+  else
+    echo "$s"
+  fi
+}
+
+# front_cmd SYS BASE: set FRONT to the front-end command of system SYS
+# (its replicas are started and in REPLICA_URIS).
+front_cmd ()
+{
+  local sys=$1 base=$2 sock=$WORK/$1.sock u i
+  local -a extra
+  read -r -a extra <<<"$C_ARGS"
+  case $base in
+    L) FRONT=(nbdkit -f -U "$sock" memory "size=$SIZE") ;;
+    P1) FRONT=(nbdkit -f -U "$sock" nbd "uri=${REPLICA_URIS[0]}") ;;
+    Q3)
+      FRONT=(qemu-storage-daemon)
+      for i in 0 1 2; do
+        FRONT+=(--blockdev "driver=nbd,node-name=r$i,server.type=unix,server.path=$WORK/$sys-r$i.sock")
+      done
+      FRONT+=(--blockdev "driver=quorum,node-name=q,vote-threshold=1,read-pattern=fifo,children.0=r0,children.1=r1,children.2=r2"
+              --nbd-server "addr.type=unix,addr.path=$sock"
+              --export "type=nbd,id=e0,node-name=q,name=,writable=on") ;;
+    C*f)
+      FRONT=(nbdkit -f -U "$sock" "--filter=$FILTER" memory "size=$SIZE")
+      for u in "${REPLICA_URIS[@]}"; do FRONT+=("replica=$u"); done
+      FRONT+=("control=${SYS_CTL[$sys]}" "${extra[@]}") ;;
+    C*)
+      FRONT=(nbdkit -f -U "$sock" "$PLUGIN" "${REPLICA_URIS[@]}"
+             "control=${SYS_CTL[$sys]}" "${extra[@]}")
+      [[ $base == *m0 ]] && FRONT+=(metadata=none) ;;
+  esac
+}
+
+# start_system NAME: start system NAME (see the top); sets SYS_URI[NAME].
+start_system ()
+{
+  local sys=$1 base n=0
+  base=$(system_base "$1")
+  if [[ $base =~ ^C([1-9][0-9]*)(f|m0)?$ ]]; then
+    n=${BASH_REMATCH[1]}
+    [ "${BASH_REMATCH[2]}" = f ] && n=$(( n - 1 ))
+    SYS_CTL[$sys]=$WORK/$sys.ctl
+  else
+    case $base in
+      L) n=0 ;;
+      P1) n=1 ;;
+      Q3) n=3 ;;
+      *) say "unknown system $sys"; return 1 ;;
+    esac
+  fi
+  SYS_PIDS[$sys]=""
+  start_replicas "$sys" "$n" "$SIZE" || return 1
+  front_cmd "$sys" "$base"
+  [ -z "${SYS_CTL[$sys]-}" ] || rm -f "${SYS_CTL[$sys]}"
+  start_server front "$sys" "${FRONT[@]}" || return 1
+  SYS_PIDS[$sys]="${SYS_PIDS[$sys]} $LAST_PID"
+  SYS_FRONT[$sys]=$LAST_PID
+  if [ -n "${SYS_CTL[$sys]-}" ] &&
+     ! wait_healthy "${SYS_CTL[$sys]}" "$LAST_PID"; then
+    say "$sys did not become healthy within $START_TIMEOUT s"
+    return 1
+  fi
+  SYS_URI[$sys]=$(uri_of "$WORK/$sys.sock")
+}
+
+# stop_system NAME: stop its front-end, then its replicas.
+stop_system ()
+{
+  local pid
+  stop_pid "${SYS_FRONT[$1]-}"
+  for pid in ${SYS_PIDS[$1]-}; do stop_pid "$pid"; done
+  unset "SYS_URI[$1]" "SYS_PIDS[$1]" "SYS_FRONT[$1]" "SYS_CTL[$1]"
+}
+
+# cpu_ticks PID...: user+system clock ticks used so far by these
+# processes, all their threads included (fields 14 and 15 of stat).
+cpu_ticks ()
+{
+  local pid stat total=0
+  local -a f
+  for pid in "$@"; do
+    read -r stat 2>/dev/null <"/proc/$pid/stat" || continue
+    read -r -a f <<<"${stat##*) }"
+    total=$(( total + f[11] + f[12] ))
+  done
+  echo "$total"
+}
+
+# job_spec JOB: set J_RW J_BS J_QD J_NJ (fio rw, block size, queue
+# depth per connection, connections) for JOB.
+job_spec ()
+{
+  case $1 in
+    randread)  J_RW=randread;  J_BS=4k;  J_QD=32; J_NJ=2 ;;
+    randwrite) J_RW=randwrite; J_BS=4k;  J_QD=32; J_NJ=2 ;;
+    seqwrite)  J_RW='write';   J_BS=64k; J_QD=8;  J_NJ=1 ;;
+    seqread)   J_RW='read';    J_BS=1M;  J_QD=4;  J_NJ=1 ;;
+    lat1)      J_RW=randwrite; J_BS=4k;  J_QD=1;  J_NJ=1 ;;
+    *) die "unknown job $1" ;;
+  esac
+}
+
+# prefill SYS: write data over the whole device through its export, so
+# that reads hit data and writes overwrite.
+prefill ()
+{
+  local size t0
+  size=$(timeout 10 nbdinfo --size "${SYS_URI[$1]}") || return 1
+  t0=$(now_ns)
+  timeout 600 nbdcopy -- [ nbdkit --exit-with-parent pattern "size=$size" ] \
+    "${SYS_URI[$1]}" || return 1
+  say "$1 pre-filled ($size bytes) in $(( ($(now_ns) - t0) / 1000000 )) ms"
+}
+
+FIO_COLUMNS=$'system\tbase\tjob\tconns\tqd\tiops\tmibps\tlat_us\tp99_us\tsrv_cpu_us_op\tios\tload1\trc'
+declare -A MULTICONN=()    # system -> 1 if it advertises multi-conn
+
+# fio_measure TSV SYS JOB FIELD...: one fio run of JOB against SYS
+# (RAMP s unmeasured, then RUNTIME s); appends to TSV the FIELDs, then
+# the columns of $FIO_COLUMNS.  A system without multi-conn gets one
+# connection with the whole queue depth.  The server CPU is the
+# user+sys time of the system's processes from the end of the ramp to
+# the end of fio, per request fio completed in its measured window.
+fio_measure ()
+{
+  local tsv=$1 sys=$2 job=$3 qd nj json load c0 c1 rc=0 fpid
+  local -a pids
+  shift 3
+  job_spec "$job"
+  if [ -z "${MULTICONN[$sys]-}" ]; then
+    MULTICONN[$sys]=0
+    if timeout 10 nbdinfo --can multi-conn "${SYS_URI[$sys]}"; then
+      MULTICONN[$sys]=1
+    fi
+  fi
+  qd=$J_QD nj=$J_NJ
+  if [ "$nj" -gt 1 ] && [ "${MULTICONN[$sys]}" != 1 ]; then
+    qd=$(( qd * nj )); nj=1
+  fi
+  read -r -a pids <<<"${SYS_PIDS[$sys]}"
+  json=$WORK/fio.json
+  rm -f "$json"
+  read -r load _ </proc/loadavg
+  spawn client "$WORK/fio.log" timeout $(( RAMP + RUNTIME + 60 )) \
+    fio --output-format=json --output="$json" --name="$job" \
+        --ioengine=nbd --uri="${SYS_URI[$sys]}" \
+        --rw="$J_RW" --bs="$J_BS" --iodepth="$qd" --numjobs="$nj" \
+        --group_reporting --time_based --runtime="$RUNTIME" \
+        --ramp_time="$RAMP" --norandommap --randrepeat=0
+  fpid=$LAST_PID
+  sleep "$RAMP"
+  c0=$(cpu_ticks "${pids[@]}")
+  wait "$fpid" || rc=$?
+  unset "ROLE[$fpid]"
+  c1=$(cpu_ticks "${pids[@]}")
+  [ -z "${FIO_KEEP-}" ] || cp "$json" "$FIO_KEEP" 2>/dev/null || true
+  printf '%s\t' "$@" "$sys" "$(system_base "$sys")" "$job" "$nj" "$qd" >>"$tsv"
+  printf '%s\t%s\t%s\n' \
+    "$("$PY" "$BENCH/report.py" fio "$json" "$J_RW" $(( c1 - c0 )) "$(getconf CLK_TCK)")" \
+    "$load" "$rc" >>"$tsv"
+  say "$* $sys $job: $(tail -n 1 "$tsv" | awk -F'\t' -v k=$# '{printf "IOPS %s MiB/s %s lat %s us, server CPU %s us/op, load %s, rc %s", $(k+6), $(k+7), $(k+8), $(k+10), $(k+12), $(k+13)}')"
+}
+
+# callgrind_wrap: set CALLGRIND to the command prefix that counts the
+# instructions of a server into $WORK/cg.PID (valgrind keeps the PID).
+callgrind_wrap ()
+{
+  CALLGRIND=(valgrind --tool=callgrind "--callgrind-out-file=$WORK/cg.%p")
+}
+
+# cg_total PID: the instructions callgrind counted in process PID.
+cg_total ()
+{
+  awk '/^(totals|summary):/ {v = $2} END {print v}' "$WORK/cg.$1"
+}
+
+# now_ns: the time in nanoseconds.
+now_ns ()
+{
+  date +%s%N
+}
+
+# machine_header TITLE: the lines every table starts with.
+machine_header ()
+{
+  local cpu rev
+  cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+  rev=$(git -C "$TOP" describe --always --dirty 2>/dev/null || echo unknown)
+  echo "$1"
+  echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  echo "machine: $(nproc) CPUs ($cpu), $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo) RAM, Linux $(uname -r)"
+  echo "load average before (1/5/15 min): $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "tree: $TOP at $rev"
+  echo "tools: $(nbdkit --version | head -n 1); $(qemu-storage-daemon --version | head -n 1 | cut -d' ' -f1-3); $(fio --version); $(nbdcopy --version | head -n 1)"
+}
+
+# load_after: the closing line.
+load_after ()
+{
+  echo "load average after (1/5/15 min): $(cut -d' ' -f1-3 /proc/loadavg)"
+}

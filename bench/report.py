@@ -1,0 +1,560 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
+#
+# report.py: the tables of the bench scripts, from their TSV files
+# (python3 standard library only).
+#
+#   report.py fio JSON RW TICKS HZ   (one line of fields, for lib.sh)
+#   report.py run TSV "SYSTEMS" "JOBS" AA_SYSTEM
+#   report.py cpucost TSV "SYSTEMS" N1 N2
+#   report.py scale FIO_TSV CG_TSV RSS_TSV
+#   report.py rebuild TSV LEG_SIZE
+#
+# Every table is a pipe table with padded columns: readable in a
+# terminal and valid markdown.  A value is the median over rounds (or
+# repetitions); a ratio is the ratio of two such medians.
+
+import csv
+import json
+import math
+import re
+import statistics
+import sys
+
+NAN = float("nan")
+
+
+def num(x):
+    """x as a float, NaN if it is not a number."""
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return NAN
+
+
+def fmt(v, digits=3):
+    """v with about `digits` significant digits, '-' for NaN."""
+    if v != v:
+        return "-"
+    if v == 0:
+        return "0"
+    places = max(0, digits - 1 - int(math.floor(math.log10(abs(v)))))
+    return "%.*f" % (places, v)
+
+
+def fmtr(v):
+    """A ratio with two decimals, '-' for NaN."""
+    return "-" if v != v else "%.2f" % v
+
+
+def ratio(a, b):
+    """a / b, NaN when either is missing or b is 0."""
+    if a != a or b != b or b == 0:
+        return NAN
+    return a / b
+
+
+def med(values):
+    """Median of the numbers in values that are not NaN."""
+    v = [x for x in values if x == x]
+    return statistics.median(v) if v else NAN
+
+
+def table(head, rows, right=None):
+    """Print a padded pipe table; columns from `right` on are right-aligned."""
+    right = 1 if right is None else right
+    cells = [head] + rows
+    width = [max(len(r[i]) for r in cells) for i in range(len(head))]
+
+    def line(r):
+        out = []
+        for i, c in enumerate(r):
+            out.append(c.rjust(width[i]) if i >= right else c.ljust(width[i]))
+        return "| " + " | ".join(out) + " |"
+
+    print(line(head))
+    print("|" + "|".join(("-" * (w + 1) + ":") if i >= right else
+                         ("-" * (w + 2)) for i, w in enumerate(width)) + "|")
+    for r in rows:
+        print(line(r))
+
+
+def read_tsv(path):
+    """The rows of a TSV file with a header line, as dicts."""
+    with open(path) as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+# ---------------------------------------------------------------------
+# bench/run
+
+# job -> (column title, TSV field, scale, unit, higher is better)
+RUN_JOBS = {
+    "randread": ("randread 4k QD32x2", "iops", 1e-3, "kIOPS", True),
+    "randwrite": ("randwrite 4k QD32x2", "iops", 1e-3, "kIOPS", True),
+    "seqwrite": ("seqwrite 64k QD8", "mibps", 1.0, "MiB/s", True),
+    "seqread": ("seqread 1M QD4", "mibps", 1.0, "MiB/s", True),
+    "lat1": ("write 4k QD1 latency", "lat_us", 1.0, "us", False),
+}
+
+
+def describe(system, aa):
+    """What a system is, for the first column."""
+    if aa and system == aa:
+        return "second %s, started identically (A/A)" % system[:-1]
+    fixed = {
+        "L": "nbdkit memory, direct (the limit)",
+        "P1": "nbdkit nbd plugin -> 1 replica",
+        "Q3": "qsd quorum vt=1 fifo -> 3 replicas",
+    }
+    if system in fixed:
+        return fixed[system]
+    m = re.match(r"C(\d+)(f|m0)?$", system)
+    if not m:
+        return ""
+    n, kind = int(m.group(1)), m.group(2)
+    if kind == "f":
+        return "filter: local memory + %d replica%s, metadata on" % (
+            n - 1, "" if n == 2 else "s")
+    return "plugin -> %d replica%s, metadata %s" % (
+        n, "" if n == 1 else "s", "none" if kind == "m0" else "on")
+
+
+def peers(system, present, aa):
+    """The systems `system` is compared with, in order."""
+    out = []
+    if aa and system == aa:
+        out.append(system[:-1])
+    m = re.match(r"C(\d+)(f|m0)?$", system)
+    if m:
+        n, kind = int(m.group(1)), m.group(2)
+        if n == 1 and kind != "m0":
+            out.append("P1")
+        if n == 3 and kind != "m0":
+            out.append("Q3")
+        if kind is None:
+            out.append(system + "m0")
+    return [p for p in out if p in present]
+
+
+def report_run(path, systems, jobs, aa):
+    """The tables of bench/run."""
+    rows = read_tsv(path)
+    systems = [s for s in systems.split() if any(r["system"] == s for r in rows)]
+    jobs = [j for j in jobs.split() if j in RUN_JOBS]
+    rounds = sorted({r["round"] for r in rows}, key=int)
+
+    def val(r, field, scale=1.0):
+        return num(r[field]) * scale
+
+    def cell_rows(s, j):
+        return [r for r in rows if r["system"] == s and r["job"] == j]
+
+    def median_of(s, j, field=None, scale=None):
+        t = RUN_JOBS[j]
+        field = field or t[1]
+        scale = t[2] if scale is None else scale
+        return med(val(r, field, scale) for r in cell_rows(s, j))
+
+    def per_round(s, j):
+        t = RUN_JOBS[j]
+        return {r["round"]: val(r, t[1], t[2]) for r in cell_rows(s, j)}
+
+    n = "median of %d rounds" % len(rounds) if len(rounds) > 1 else "1 round"
+    print()
+    print("Throughput and QD1 latency (%s)" % n)
+    print()
+    head = ["system", "what", "conns"] + [
+        "%s %s" % (RUN_JOBS[j][0], RUN_JOBS[j][3]) for j in jobs]
+    out = []
+    for s in systems:
+        conns = next((r["conns"] for r in rows if r["system"] == s
+                      and r["job"] in ("randread", "randwrite")), "-")
+        out.append([s, describe(s, aa), conns] +
+                   [fmt(median_of(s, j)) for j in jobs])
+    table(head, out, right=2)
+
+    if "L" in systems:
+        print()
+        print("Ratio to L (system / L; for latency, above 1 is slower)")
+        print()
+        out = []
+        for s in systems:
+            if s == "L":
+                continue
+            out.append([s] + [fmtr(ratio(median_of(s, j), median_of("L", j)))
+                              for j in jobs])
+        table(["system"] + [RUN_JOBS[j][0] for j in jobs], out)
+
+    pairs = [(s, p) for s in systems for p in peers(s, systems, aa)]
+    if pairs:
+        print()
+        print("Ratio to the peer (system / peer; above 1: the system is faster,"
+              " except latency: above 1 is slower)")
+        if len(rounds) > 1:
+            print("[in brackets: lowest and highest of the per-round ratios]")
+        print()
+        out = []
+        for s, p in pairs:
+            line = ["%s / %s" % (s, p)]
+            for j in jobs:
+                cell = fmtr(ratio(median_of(s, j), median_of(p, j)))
+                if len(rounds) > 1:
+                    a, b = per_round(s, j), per_round(p, j)
+                    rr = [ratio(a[k], b[k]) for k in a if k in b]
+                    rr = [x for x in rr if x == x]
+                    if rr:
+                        cell += " [%s-%s]" % (fmtr(min(rr)), fmtr(max(rr)))
+                line.append(cell)
+            out.append(line)
+        table(["comparison"] + [RUN_JOBS[j][0] for j in jobs], out)
+
+    print()
+    print("Server CPU per request, us (user+sys of the system's processes,"
+          " replicas included, over the measured window / requests)")
+    print()
+    out = []
+    for s in systems:
+        line = [s]
+        for j in jobs:
+            v = median_of(s, j, "srv_cpu_us_op", 1.0)
+            ref = median_of("L", j, "srv_cpu_us_op", 1.0) if "L" in systems else NAN
+            line.append(fmt(v) + ("" if s == "L" or ref != ref else
+                                  " (%sx L)" % fmtr(ratio(v, ref))))
+        out.append(line)
+    table(["system"] + [RUN_JOBS[j][0] for j in jobs], out)
+
+    resolution = NAN
+    if aa and aa in systems and aa[:-1] in systems:
+        dev = []
+        for j in jobs:
+            a, b = per_round(aa, j), per_round(aa[:-1], j)
+            dev += [abs(ratio(a[k], b[k]) - 1) for k in a if k in b]
+        dev = [d for d in dev if d == d]
+        if dev:
+            resolution = statistics.median(dev)
+            print()
+            print("A/A: %s vs %s, the same system twice, %d cells: |ratio - 1|"
+                  " median %.0f %%, max %.0f %%.  Differences smaller than"
+                  " this are noise." % (aa, aa[:-1], len(dev),
+                                        100 * resolution, 100 * max(dev)))
+    if len(rounds) > 1:
+        spread = []
+        for s in systems:
+            for j in jobs:
+                v = [x for x in per_round(s, j).values() if x == x]
+                if len(v) > 1:
+                    spread.append((max(v) - min(v)) / statistics.median(v))
+        if spread:
+            print("Round-to-round spread of one cell, (max - min) / median:"
+                  " median %.0f %%, max %.0f %%." % (
+                      100 * statistics.median(spread), 100 * max(spread)))
+
+    if "C3" in systems and "C3m0" in systems and "randwrite" in jobs:
+        r = ratio(median_of("C3", "randwrite"), median_of("C3m0", "randwrite"))
+        verdict = "met" if r >= 0.9 else "NOT met"
+        print()
+        print("Goal: C3 (metadata on) 4k randwrite >= 0.9 x C3m0 (metadata"
+              " off): %s -> %s%s" % (
+                  fmtr(r), verdict,
+                  "" if resolution != resolution else
+                  " (A/A noise %.0f %%)" % (100 * resolution)))
+
+    loads = [num(r["load1"]) for r in rows]
+    bad = [r for r in rows if r["rc"] != "0" or num(r["iops"]) != num(r["iops"])]
+    print()
+    print("1-min load average at the start of each fio run: min %s, median %s,"
+          " max %s (%d fio runs)" % (fmt(min(loads), 2), fmt(med(loads), 2),
+                                     fmt(max(loads), 2), len(rows)))
+    if bad:
+        print("FAILED runs: " + ", ".join(
+            "%s/%s round %s (rc %s)" % (r["system"], r["job"], r["round"], r["rc"])
+            for r in bad))
+
+
+# ---------------------------------------------------------------------
+# bench/cpucost
+
+
+def per_request(rows, n1, n2, tool, system, op, qd, role, field):
+    """(median over repetitions, spread) of the cost of one request:
+    (sum over the processes of run N2 - the same for N1) / (N2 - N1)."""
+    got = []
+    for rep in sorted({r["rep"] for r in rows}):
+        tot = {}
+        for r in rows:
+            if ((r["tool"], r["system"], r["op"], r["qd"], r["rep"]) ==
+                    (tool, system, op, qd, rep) and role in ("all", r["role"])):
+                v = num(r[field])
+                if v == v:
+                    tot[r["n"]] = tot.get(r["n"], 0.0) + v
+        if n1 in tot and n2 in tot:
+            got.append((tot[n2] - tot[n1]) / (int(n2) - int(n1)))
+    if not got:
+        return NAN, NAN
+    m = statistics.median(got)
+    return m, ((max(got) - min(got)) / m if len(got) > 1 and m else NAN)
+
+
+def report_cpucost(path, systems, n1, n2):
+    """The tables of bench/cpucost."""
+    rows = read_tsv(path)
+    systems = [s for s in systems.split() if any(r["system"] == s for r in rows)]
+    ops = list(dict.fromkeys(r["op"] for r in rows))
+    qds = list(dict.fromkeys(r["qd"] for r in rows))
+    spreads = []
+
+    def cost(tool, s, op, qd, role, field):
+        v, sp = per_request(rows, n1, n2, tool, s, op, qd, role, field)
+        if sp == sp:
+            spreads.append((sp, "%s %s %s QD%s %s" % (tool, s, op, qd, role)))
+        return v
+
+    print()
+    print("Per 4 KiB request, N2 - N1 = %d requests; instructions: callgrind"
+          " (user space); syscalls, context switches, CPU: perf stat"
+          % (int(n2) - int(n1)))
+    print()
+    head = ["system", "op", "QD", "front instr", "all instr", "all / L",
+            "front syscalls", "all syscalls", "all ctx switches", "all CPU us"]
+    out = []
+    val = {}
+    for op in ops:
+        for qd in qds:
+            for s in systems:
+                v = {
+                    "fi": cost("cg", s, op, qd, "front", "v1"),
+                    "ai": cost("cg", s, op, qd, "all", "v1"),
+                    "fs": cost("perf", s, op, qd, "front", "v3"),
+                    "as": cost("perf", s, op, qd, "all", "v3"),
+                    "ac": cost("perf", s, op, qd, "all", "v2"),
+                    "at": cost("perf", s, op, qd, "all", "v1") * 1000,
+                }
+                val[(s, op, qd)] = v
+                ref = val.get(("L", op, qd), {}).get("ai", NAN)
+                out.append([s, op, qd, fmt(v["fi"]), fmt(v["ai"]),
+                            fmtr(ratio(v["ai"], ref)), fmt(v["fs"]),
+                            fmt(v["as"]), fmt(v["ac"]), fmt(v["at"])])
+    table(head, out, right=2)
+
+    pairs = [(a, b) for a, b in (("C1", "P1"), ("C1f", "P1"), ("C3", "Q3"),
+                                 ("C3f", "Q3"), ("C3", "C3m0"))
+             if a in systems and b in systems]
+    if pairs:
+        print()
+        print("Ratio to the peer (system / peer; below 1: the system does less work)")
+        print()
+        out = []
+        for a, b in pairs:
+            for op in ops:
+                for qd in qds:
+                    x, y = val[(a, op, qd)], val[(b, op, qd)]
+                    out.append(["%s / %s" % (a, b), op, qd] +
+                               [fmtr(ratio(x[k], y[k]))
+                                for k in ("fi", "ai", "fs", "as", "ac")])
+        table(["comparison", "op", "QD", "front instr", "all instr",
+               "front syscalls", "all syscalls", "all ctx switches"], out,
+              right=2)
+    if spreads:
+        print()
+        print("Spread over repetitions, (max - min) / median:")
+        for tool, what in (("cg", "instructions"),
+                           ("perf", "syscalls, context switches, CPU")):
+            got = [sp for sp in spreads if sp[1].startswith(tool + " ")]
+            if got:
+                worst = max(got)
+                print("  %s: median %.1f %%, largest %.1f %% (%s)" % (
+                    what, 100 * med(sp for sp, _ in got), 100 * worst[0],
+                    worst[1][len(tool) + 1:]))
+
+
+# ---------------------------------------------------------------------
+# bench/rebuild
+
+
+def parse_size(text):
+    """Bytes in an nbdkit-style size: 1G, 512M, 4096."""
+    m = re.match(r"(\d+)([KMGTP]?)", text.upper())
+    return int(m.group(1)) * 1024 ** " KMGTP".index(m.group(2) or " ")
+
+
+def report_rebuild(path, leg_size):
+    """The table of bench/rebuild."""
+    rows = read_tsv(path)
+    pcts = sorted({int(r["percent"]) for r in rows}, reverse=True)
+    mib = 1024.0 * 1024.0
+    leg = parse_size(leg_size) / mib
+
+    def times(pct, method, field):
+        return [num(r[field]) for r in rows
+                if int(r["percent"]) == pct and r["method"] == method]
+
+    print()
+    print("Rebuild of a blank %s leg from a memory leg holding random data in"
+          " a share of its 64 KiB chunks (median of %d rounds; MiB/s = leg"
+          " size / time; speed = nbdcopy time / controller time)" % (
+              leg_size, len({r["round"] for r in rows})))
+    print()
+    head = ["data", "data MiB", "nbdcopy s", "nbdcopy MiB/s",
+            "controller s (add to uptodate)", "last_resync s",
+            "controller MiB/s", "speed", "speed by last_resync",
+            "copied MiB", "zeroed MiB", "kind"]
+    out = []
+    res = {}
+    for pct in pcts:
+        data = med(num(r["data_bytes"]) for r in rows if int(r["percent"]) == pct)
+        cp = med(times(pct, "nbdcopy", "wall_s"))
+        wall = med(times(pct, "controller", "wall_s"))
+        rs = med(times(pct, "controller", "resync_s"))
+        kinds = {r["kind"] for r in rows if int(r["percent"]) == pct
+                 and r["method"] == "controller"}
+        res[pct] = (cp, wall, rs)
+        out.append(["%d %%" % pct, fmt(data / mib), fmt(cp),
+                    fmt(ratio(leg, cp)), fmt(wall), fmt(rs),
+                    fmt(ratio(leg, wall)), fmtr(ratio(cp, wall)),
+                    fmtr(ratio(cp, rs)),
+                    fmt(med(times(pct, "controller", "bytes")) / mib),
+                    fmt(med(times(pct, "controller", "zeroed")) / mib),
+                    ",".join(sorted(kinds)) or "-"])
+    table(head, out)
+    if 50 in res:
+        cp, wall, rs = res[50]
+        r = ratio(cp, wall)
+        print()
+        print("Goal: full rebuild of the 50 %% leg >= 0.8 x nbdcopy's speed:"
+              " %s -> %s (by last_resync.seconds: %s)" % (
+                  fmtr(r), "met" if r >= 0.8 else "NOT met",
+                  fmtr(ratio(cp, rs))))
+    if len(pcts) > 1:
+        hi, lo = pcts[0], pcts[-1]
+        print("Proportional to the data: time(%d %%) / time(%d %%) = %s"
+              " (controller, add to uptodate), %s (last_resync), %s (nbdcopy);"
+              " the data ratio is %s" % (
+                  lo, hi, fmtr(ratio(res[lo][1], res[hi][1])),
+                  fmtr(ratio(res[lo][2], res[hi][2])),
+                  fmtr(ratio(res[lo][0], res[hi][0])), fmtr(lo / hi)))
+    if len({r["round"] for r in rows}) > 1:
+        spread = []
+        for pct in pcts:
+            for method, field in (("nbdcopy", "wall_s"), ("controller", "wall_s"),
+                                  ("controller", "resync_s")):
+                v = [x for x in times(pct, method, field) if x == x]
+                if len(v) > 1:
+                    spread.append((max(v) - min(v)) / statistics.median(v))
+        if spread:
+            print("Round-to-round spread of one time, (max - min) / median:"
+                  " median %.0f %%, max %.0f %%" % (
+                      100 * statistics.median(spread), 100 * max(spread)))
+    loads = [num(r["load1"]) for r in rows]
+    print("1-min load average during the rebuilds: min %s, median %s, max %s"
+          % (fmt(min(loads), 2), fmt(med(loads), 2), fmt(max(loads), 2)))
+
+
+# ---------------------------------------------------------------------
+# bench/scale
+
+
+def grid_table(title, cells, legs, conns, digits=3):
+    """Rows: legs; columns: connections per leg."""
+    print()
+    print(title)
+    print()
+    out = [["%d" % l] + [fmt(cells.get((l, c), NAN), digits) for c in conns]
+           for l in legs]
+    table(["legs"] + ["connections=%d" % c for c in conns], out)
+
+
+def report_scale(fio_path, cg_path, rss_path):
+    """The tables of bench/scale."""
+    fio = read_tsv(fio_path)
+    cg = read_tsv(cg_path)
+    rss = read_tsv(rss_path)
+    grid = [(int(r["legs"]), int(r["leg_conns"])) for r in fio + cg
+            if int(r["legs"]) > 0]
+    legs = sorted({g[0] for g in grid})
+    conns = sorted({g[1] for g in grid})
+    for job in ("randwrite", "randread"):
+        ref = med(num(r["iops"]) for r in fio if r["job"] == job
+                  and r["base"] == "L")
+        cells = {}
+        for l, c in grid:
+            v = med(num(r["iops"]) / 1e3 for r in fio if r["job"] == job
+                    and int(r["legs"]) == l and int(r["leg_conns"]) == c)
+            if v == v:
+                cells[(l, c)] = v
+        if cells:
+            grid_table("4k %s QD32x2, kIOPS (L, direct, in the same run: %s)"
+                       % (job, fmt(ref / 1e3)), cells, legs, conns)
+    ops = list(dict.fromkeys(r["op"] for r in cg))
+    for op in ops:
+        cells = {}
+        for r in cg:
+            if r["op"] == op:
+                v = ratio(num(r["ir2"]) - num(r["ir1"]),
+                          num(r["n2"]) - num(r["n1"]))
+                cells[(int(r["legs"]), int(r["leg_conns"]))] = v
+        grid_table("Controller instructions per 4 KiB %s at QD1 (callgrind;"
+                   " the replicas not counted)" % op, cells, legs, conns)
+    if fio:
+        loads = [num(r["load1"]) for r in fio]
+        print()
+        print("1-min load average at the start of each fio run: min %s,"
+              " median %s, max %s" % (fmt(min(loads), 2), fmt(med(loads), 2),
+                                      fmt(max(loads), 2)))
+    if rss:
+        print()
+        print("Controller memory, volume of %s over %s memory legs, metadata on"
+              % (rss[0]["size"], rss[0]["legs"]))
+        print()
+        out = [[r["phase"], fmt(num(r["vmrss_kib"]) / 1024),
+                fmt(num(r["vmhwm_kib"]) / 1024)] for r in rss]
+        table(["phase", "VmRSS MiB", "VmHWM (peak) MiB"], out)
+        peak = max(num(r["vmhwm_kib"]) for r in rss) / 1024
+        print()
+        print("Goal: RSS <= 64 MiB with one leg absent: peak %s MiB -> %s" % (
+            fmt(peak), "met" if peak <= 64 else "NOT met"))
+
+
+# ---------------------------------------------------------------------
+# fio's JSON
+
+
+def fio_fields(path, rw, ticks, hz):
+    """iops, MiB/s, mean latency us, p99 completion latency us, server
+    CPU us per request and requests of one fio run, tab-separated."""
+    vals = ["nan"] * 6
+    try:
+        with open(path) as f:
+            text = f.read()
+        j = json.loads(text[text.index("{"):])["jobs"][0]
+        s = j["read" if "read" in rw else "write"]
+        ios = s["total_ios"]
+        p99 = s["clat_ns"].get("percentile", {}).get("99.000000", NAN)
+        cpu = int(ticks) * 1e6 / int(hz) / ios if ios else NAN
+        vals = ["%.1f" % s["iops"], "%.2f" % (s["bw"] / 1024),
+                "%.2f" % (s["lat_ns"]["mean"] / 1e3), "%.1f" % (p99 / 1e3),
+                "%.2f" % cpu, str(ios)]
+    except (OSError, ValueError, KeyError, IndexError) as e:
+        print("cannot read %s: %s" % (path, e), file=sys.stderr)
+    print("\t".join(vals))
+
+
+def main():
+    a = sys.argv[1:]
+    if len(a) == 5 and a[0] == "fio":
+        fio_fields(a[1], a[2], a[3], a[4])
+    elif len(a) == 5 and a[0] == "run":
+        report_run(a[1], a[2], a[3], a[4])
+    elif len(a) == 4 and a[0] == "scale":
+        report_scale(a[1], a[2], a[3])
+    elif len(a) == 3 and a[0] == "rebuild":
+        report_rebuild(a[1], a[2])
+    elif len(a) == 5 and a[0] == "cpucost":
+        report_cpucost(a[1], a[2], a[3], a[4])
+    else:
+        sys.exit("usage: report.py run TSV SYSTEMS JOBS AA | cpucost TSV SYSTEMS N1 N2"
+                 " | scale FIO CG RSS | rebuild TSV LEG_SIZE")
+
+
+if __name__ == "__main__":
+    main()
