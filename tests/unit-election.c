@@ -100,7 +100,7 @@ struct row {
   enum elect_create create;     /* checked for ELECT_CREATE */
   bool forced;
   bool split_brain;
-  const char *has[4];           /* substrings of the message */
+  const char *has[6];           /* substrings of the message */
   const char *lacks[2];         /* substrings the message must not have */
 };
 
