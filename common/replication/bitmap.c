@@ -107,7 +107,7 @@ bitmap_free (struct bitmap *b)
 }
 
 /* Set or clear the bits of mask in word w; mark its page dirty if any
- * changed.  Returns the number that changed.
+ * changed.  Returns the mask of the bits that changed.
  */
 static uint64_t
 update_word (struct bitmap *b, uint64_t w, uint64_t mask, bool set)
@@ -122,22 +122,27 @@ update_word (struct bitmap *b, uint64_t w, uint64_t mask, bool set)
     old = atomic_fetch_and (&b->words[w], ~mask);
     changed = mask & old;
   }
-  if (changed == 0)
-    return 0;
-  bitmap_page_mark_dirty (b, w / BM_PAGE_WORDS);
-  return __builtin_popcountll (changed);
+  if (changed != 0)
+    bitmap_page_mark_dirty (b, w / BM_PAGE_WORDS);
+  return changed;
 }
 
-/* Set or clear [first, last] (clamped).  Returns the bits changed. */
+/* Set or clear [first, last] (clamped).  Returns the bits changed,
+ * counted only if count is true.
+ */
 static uint64_t
-update_range (struct bitmap *b, uint64_t first, uint64_t last, bool set)
+update_range (struct bitmap *b, uint64_t first, uint64_t last, bool set,
+              bool count)
 {
   uint64_t w, changed = 0;
 
   if (!clamp_range (b, first, &last))
     return 0;
-  for (w = first / 64; w <= last / 64; w++)
-    changed += update_word (b, w, word_mask (w, first, last), set);
+  for (w = first / 64; w <= last / 64; w++) {
+    uint64_t m = update_word (b, w, word_mask (w, first, last), set);
+    if (count && m != 0)
+      changed += (uint64_t) __builtin_popcountll (m);
+  }
   return changed;
 }
 
@@ -145,28 +150,35 @@ update_range (struct bitmap *b, uint64_t first, uint64_t last, bool set)
 uint64_t
 bitmap_set_range (struct bitmap *b, uint64_t first, uint64_t last)
 {
-  return update_range (b, first, last, true);
+  return update_range (b, first, last, true, true);
 }
 
 /* Clear bits [first, last]; returns how many changed. */
 uint64_t
 bitmap_clear_range (struct bitmap *b, uint64_t first, uint64_t last)
 {
-  return update_range (b, first, last, false);
+  return update_range (b, first, last, false, true);
+}
+
+/* Set bits [first, last] without counting them. */
+void
+bitmap_mark_range (struct bitmap *b, uint64_t first, uint64_t last)
+{
+  update_range (b, first, last, true, false);
 }
 
 /* Set every bit below nr_bits. */
 void
 bitmap_set_all (struct bitmap *b)
 {
-  update_range (b, 0, UINT64_MAX, true);
+  update_range (b, 0, UINT64_MAX, true, false);
 }
 
 /* Clear every bit. */
 void
 bitmap_clear_all (struct bitmap *b)
 {
-  update_range (b, 0, UINT64_MAX, false);
+  update_range (b, 0, UINT64_MAX, false, false);
 }
 
 /* Is bit set?  Bits past nr_bits are not. */

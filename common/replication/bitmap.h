@@ -42,6 +42,11 @@ extern uint64_t bitmap_set_range (struct bitmap *b, uint64_t first,
                                   uint64_t last);
 extern uint64_t bitmap_clear_range (struct bitmap *b, uint64_t first,
                                     uint64_t last);
+/* Set bits [first, last] (clamped) without counting them: what writes
+ * that skip an absent leg call, on the data path.
+ */
+extern void bitmap_mark_range (struct bitmap *b, uint64_t first,
+                               uint64_t last);
 extern void bitmap_set_all (struct bitmap *b);
 extern void bitmap_clear_all (struct bitmap *b);
 

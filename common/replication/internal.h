@@ -25,7 +25,6 @@
 
 #include <limits.h>
 #include <pthread.h>
-#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -267,22 +266,23 @@ struct ioslot {
   struct ioreq *req;
   struct conn *conn;
   unsigned leg;
-  uint64_t start_ns;
 };
 
-/* A request fanned out to several legs: the issuer sleeps once on sem
- * and is woken by the last completion (a countdown), whatever the
- * number of legs.
+/* A request fanned out to several legs: the issuer sleeps once (a
+ * futex on `wake`) and is woken by the last completion (a countdown),
+ * whatever the number of legs.
  */
 struct ioreq {
   struct volume *v;
-  sem_t sem;
+  _Atomic uint32_t wake;    /* the issuer's futex word (ioreq.c) */
   _Atomic unsigned pending;
   _Atomic uint32_t done;    /* legs that have answered */
+  _Atomic uint32_t failed;  /* legs whose err[] is set */
   uint32_t issued;          /* legs a command was issued to */
   uint32_t timed_out;       /* legs failed by the timeout */
   uint32_t fua_emulate;     /* legs that need a flush for FUA */
-  int err[MAX_LEGS];        /* per leg: 0 or errno */
+  uint64_t start_ns;        /* when it was prepared (latency, timeout) */
+  int err[MAX_LEGS];        /* per leg in `failed`: its errno */
   unsigned epoch[MAX_LEGS]; /* per leg: its connections' epoch at issue */
   struct ioslot slots[MAX_LEGS];
   extent_fn ext_fn;         /* OP_EXTENTS: where extents go */

@@ -4,14 +4,35 @@
  * An ioreq lives on the issuing thread's stack.  ioreq_submit sends one
  * command to one leg (libnbd aio for NBD legs, a direct call for the
  * local leg) and adds one to the countdown; each completion callback
- * records its leg's result and subtracts one; the callback that
- * brings the countdown to zero posts the semaphore.  The issuer holds
- * one extra count until it starts waiting, so it sleeps once and is
- * woken once, however many legs there are.
+ * records its leg's result and subtracts one; the completion that
+ * brings the countdown to zero wakes the issuer.  The issuer holds one
+ * extra count until it starts waiting, so it sleeps once and is woken
+ * once, however many legs there are, and not at all when every leg has
+ * answered before it waits.
+ *
+ * The wake-up is a futex on r->wake: IDLE, SLEEPING (the issuer is in,
+ * or about to enter, futex_wait) or DONE.  The waker exchanges in DONE
+ * and makes the futex_wake system call only if the issuer was
+ * SLEEPING; the issuer checks for DONE before it sleeps and after
+ * every return from the futex, so neither a wake-up before it sleeps
+ * nor a spurious one (a late futex_wake aimed at an earlier ioreq that
+ * had the same stack address) is lost or mistaken.  The exchange is
+ * the last access to r by the waker: the issuer may return as soon as
+ * it sees DONE, and a futex_wake on an address whose ioreq has gone
+ * wakes nobody who would not re-check (glibc's semaphores rely on the
+ * same).  Every write made for the request (results, error codes)
+ * happens before that exchange: completions count down `pending` with
+ * sequentially consistent read-modify-writes, so the last one sees
+ * the others' writes, and the issuer sees them all through the
+ * exchange (atomics, which thread sanitizers follow, unlike the futex
+ * system calls of rangelock.h).  Compared with a semaphore this saves sem_init,
+ * sem_destroy and glibc's cancellation bookkeeping on every request,
+ * and the deadline is absolute (CLOCK_MONOTONIC, from start_ns) so no
+ * clock is read to wait.
  *
  * Callbacks run in poller threads holding their handle's lock: they
- * only record, count and post; they never call into libnbd.  Nothing
- * touches the ioreq after the final sem_post.
+ * only record, count and queue the wake-up; they never call into
+ * libnbd.
  *
  * Timeouts (ioreq_wait): after timeout= seconds, legs still silent are
  * timed out (their sockets are shut down, which makes libnbd complete
@@ -32,6 +53,7 @@
 #include <libnbd.h>
 
 #include "internal.h"
+#include "cleanup.h"
 
 /* Largest request the engine sends to a leg in one command (zero
  * requests are split to this size; see io.c).
@@ -86,27 +108,32 @@ now_ns (void)
   return (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
 }
 
-/* Prepare a request.  Nothing is issued yet. */
+/* The states of an ioreq's futex word (see the design note). */
+enum { WAKE_IDLE, WAKE_SLEEPING, WAKE_DONE };
+
+/* Prepare a request.  Nothing is issued yet.  err[] is left as it is:
+ * only the entries of legs in `failed` are ever read.
+ */
 void
 ioreq_init (struct ioreq *r, struct volume *v)
 {
   r->v = v;
-  sem_init (&r->sem, 0, 0);
+  atomic_init (&r->wake, WAKE_IDLE);
   atomic_init (&r->pending, 1);      /* the issuer's own count */
   atomic_init (&r->done, 0);
+  atomic_init (&r->failed, 0);
   r->issued = 0;
   r->timed_out = 0;
   r->fua_emulate = 0;
+  r->start_ns = now_ns ();
   r->ext_fn = NULL;
   r->ext_opaque = NULL;
-  memset (r->err, 0, sizeof r->err);
 }
 
-/* Release the request's resources (after ioreq_wait). */
+/* Release the request (after ioreq_wait): it holds no resource. */
 void
-ioreq_destroy (struct ioreq *r)
+ioreq_destroy (struct ioreq *r UNUSED)
 {
-  sem_destroy (&r->sem);
 }
 
 /* Count the request in the leg's statistics. */
@@ -138,6 +165,14 @@ count_request (struct leg *l, const struct leg_cmd *cmd)
   }
 }
 
+/* Tell the issuer its request is complete: the last access to r. */
+static void
+wake_issuer (struct ioreq *r)
+{
+  if (atomic_exchange (&r->wake, WAKE_DONE) == WAKE_SLEEPING)
+    futex_wake (&r->wake, 1);
+}
+
 /* Wake-ups of issuers are deferred by completion callbacks until the
  * thread that ran them has let go of the libnbd handle lock: a callback
  * runs with that lock held, and a futex wake inside it would make every
@@ -150,11 +185,14 @@ count_request (struct leg *l, const struct leg_cmd *cmd)
 void
 conn_wake_deferred (struct conn *c)
 {
-  struct ioreq *r = atomic_exchange (&c->wake_list, NULL);
+  struct ioreq *r;
 
+  if (atomic_load_explicit (&c->wake_list, memory_order_relaxed) == NULL)
+    return;
+  r = atomic_exchange (&c->wake_list, NULL);
   while (r) {
-    struct ioreq *next = r->next_wake;   /* r may be gone once posted */
-    sem_post (&r->sem);
+    struct ioreq *next = r->next_wake;   /* r may be gone once woken */
+    wake_issuer (r);
     r = next;
   }
 }
@@ -169,6 +207,7 @@ finish_leg (struct ioreq *r, unsigned leg, int err, struct conn *c)
 {
   if (err != 0) {
     r->err[leg] = err;
+    atomic_fetch_or (&r->failed, 1u << leg);
     atomic_fetch_add_explicit (&r->v->legs[leg].stats.errors, 1,
                                memory_order_relaxed);
   }
@@ -176,7 +215,7 @@ finish_leg (struct ioreq *r, unsigned leg, int err, struct conn *c)
   if (atomic_fetch_sub (&r->pending, 1) != 1)
     return;
   if (c == NULL) {
-    sem_post (&r->sem);
+    wake_issuer (r);
     return;
   }
   r->next_wake = atomic_load (&c->wake_list);
@@ -201,7 +240,7 @@ completion (void *user_data, int *error)
   struct leg *l = &r->v->legs[s->leg];
   int err = *error;
 
-  count_latency (&l->stats, (now_ns () - s->start_ns) / 1000);
+  count_latency (&l->stats, (now_ns () - r->start_ns) / 1000);
   if (err != 0)
     atomic_fetch_add (&c->unretired, 1);
   atomic_fetch_sub (&c->inflight, 1);
@@ -335,6 +374,45 @@ issue_error (struct conn *c)
   return e;
 }
 
+/* Commands that a leg answers without being asked: extents from a leg
+ * without block status ("all data"), flush and cache where the leg
+ * has none, zeroes where it cannot zero and no zero buffer exists.
+ * Returns true (after finishing the leg) if cmd was one of them.
+ */
+static bool
+answer_locally (struct ioreq *r, struct leg *l, const struct leg_cmd *cmd)
+{
+  unsigned li = l->index;
+
+  switch (cmd->op) {
+  case OP_EXTENTS:
+    if (l->caps.can_extents)
+      return false;
+    finish_leg (r, li,
+                cmd->fn (cmd->fn_opaque, cmd->offset, cmd->count, 0) == -1
+                ? EIO : 0, NULL);
+    return true;
+  case OP_ZERO:
+    if (l->caps.can_zero || zeroes () != NULL)
+      return false;
+    finish_leg (r, li, ENOMEM, NULL);
+    return true;
+  case OP_FLUSH:
+    if (l->caps.can_flush)
+      return false;
+    break;
+  case OP_CACHE:
+    if (l->caps.can_cache)
+      return false;
+    break;
+  case OP_READ:
+  case OP_WRITE:
+    return false;
+  }
+  finish_leg (r, li, 0, NULL);
+  return true;
+}
+
 /* Issue cmd to leg l on connection c (NULL: the least busy one). */
 void
 ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
@@ -354,17 +432,8 @@ ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
     r->ext_fn = cmd->fn;
     r->ext_opaque = cmd->fn_opaque;
   }
-  if (cmd->op == OP_EXTENTS && !l->caps.can_extents) {
-    int e = cmd->fn (cmd->fn_opaque, cmd->offset, cmd->count, 0);
-    finish_leg (r, li, e == -1 ? EIO : 0, NULL);
+  if (answer_locally (r, l, cmd))
     return;
-  }
-  if ((cmd->op == OP_ZERO && !l->caps.can_zero && zeroes () == NULL) ||
-      (cmd->op == OP_FLUSH && !l->caps.can_flush) ||
-      (cmd->op == OP_CACHE && !l->caps.can_cache)) {
-    finish_leg (r, li, cmd->op == OP_ZERO ? ENOMEM : 0, NULL);
-    return;
-  }
   if (l->local) {
     finish_leg (r, li, run_local (l, cmd), NULL);
     return;
@@ -379,7 +448,6 @@ ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
     s->conn = c;
   s->req = r;
   s->leg = li;
-  s->start_ns = now_ns ();
   atomic_fetch_add (&s->conn->inflight, 1);
   atomic_fetch_add (&l->inflight, 1);
   if (issue_nbd (s->conn, cmd, s) == -1) {
@@ -402,16 +470,6 @@ ioreq_submit (struct ioreq *r, struct leg *l, const struct leg_cmd *cmd)
   ioreq_submit_on (r, l, NULL, cmd);
 }
 
-/* Add seconds to a timespec. */
-static void
-add_seconds (struct timespec *ts, double secs)
-{
-  uint64_t ns = (uint64_t) ts->tv_nsec + (uint64_t) (secs * 1e9);
-
-  ts->tv_sec += (time_t) (ns / 1000000000);
-  ts->tv_nsec = (long) (ns % 1000000000);
-}
-
 /* Time out legs: remember why, shut their sockets down. */
 static void
 time_out_legs (struct ioreq *r, uint32_t legs, double secs)
@@ -431,20 +489,27 @@ time_out_legs (struct ioreq *r, uint32_t legs, double secs)
   }
 }
 
-/* Wait for the semaphore (posted by the last completion), at most
- * until deadline (CLOCK_REALTIME; NULL: no limit).  sem_timedwait, not
- * sem_clockwait: thread sanitizers know it, and so see every write the
- * callbacks and the wake-up made before this thread goes on.
+/* Sleep until the request is complete, or until deadline_ns
+ * (CLOCK_MONOTONIC; 0: no limit).  Returns 0 when complete, -1 when
+ * the deadline passed first.
  */
 static int
-wait_posted (struct ioreq *r, const struct timespec *deadline)
+sleep_until (struct ioreq *r, uint64_t deadline_ns)
 {
-  int ret;
+  struct timespec ts = {
+    .tv_sec = (time_t) (deadline_ns / 1000000000),
+    .tv_nsec = (long) (deadline_ns % 1000000000),
+  };
+  uint32_t w = WAKE_IDLE;
 
-  do
-    ret = deadline ? sem_timedwait (&r->sem, deadline) : sem_wait (&r->sem);
-  while (ret == -1 && errno == EINTR);
-  return ret;
+  if (!atomic_compare_exchange_strong (&r->wake, &w, WAKE_SLEEPING) &&
+      w == WAKE_DONE)
+    return 0;
+  while (atomic_load (&r->wake) != WAKE_DONE)
+    if (futex_wait (&r->wake, WAKE_SLEEPING, deadline_ns ? &ts : NULL) == -1 &&
+        errno == ETIMEDOUT)
+      return atomic_load (&r->wake) == WAKE_DONE ? 0 : -1;
+  return 0;
 }
 
 /* Wait until every leg has answered, timing out silent legs (see the
@@ -454,27 +519,25 @@ void
 ioreq_wait (struct ioreq *r)
 {
   double t = r->v->cfg.timeout;
-  struct timespec deadline;
+  uint64_t period = (uint64_t) (t * 1e9);
+  uint64_t deadline = r->start_ns + period;
   bool extended = false;
   uint32_t silent;
   uint16_t up;
 
   if (atomic_fetch_sub (&r->pending, 1) == 1)
     return;
-  clock_gettime (CLOCK_REALTIME, &deadline);
-  add_seconds (&deadline, t);
-
-  while (wait_posted (r, &deadline) == -1) {
+  while (sleep_until (r, deadline) == -1) {
     silent = r->issued & ~atomic_load (&r->done);
     up = MB_UPTODATE (membership_load (r->v));
     if (silent != 0 && !extended && (up & silent) && !(up & ~silent)) {
       extended = true;          /* the last uptodate legs: twice as long */
-      add_seconds (&deadline, t);
+      deadline += period;
       continue;
     }
     if (silent != 0)
       time_out_legs (r, silent, extended ? 2 * t : t);
-    wait_posted (r, NULL);
+    sleep_until (r, 0);
     return;
   }
 }
@@ -491,10 +554,9 @@ ioreq_wait_fua (struct ioreq *r)
   unsigned i;
 
   ioreq_wait (r);
-  legs = r->fua_emulate & ~r->timed_out;
-  for (i = 0; i < r->v->nr_legs; ++i)
-    if (r->err[i] != 0)
-      legs &= ~(1u << i);
+  if (r->fua_emulate == 0)
+    return;
+  legs = r->fua_emulate & ~r->timed_out & ~atomic_load (&r->failed);
   if (legs == 0)
     return;
   ioreq_init (&f, r->v);
@@ -503,8 +565,10 @@ ioreq_wait_fua (struct ioreq *r)
       ioreq_submit (&f, &r->v->legs[i], &flush);
   ioreq_wait (&f);
   for (i = 0; i < r->v->nr_legs; ++i)
-    if (legs & (1u << i))
+    if ((legs & (1u << i)) && (atomic_load (&f.failed) & (1u << i))) {
       r->err[i] = f.err[i];
+      atomic_fetch_or (&r->failed, 1u << i);
+    }
   r->timed_out |= f.timed_out;
   ioreq_destroy (&f);
 }
@@ -517,6 +581,8 @@ ioreq_leg_error (const struct ioreq *r, unsigned li)
 {
   if (r->timed_out & (1u << li))
     return ETIMEDOUT;
+  if (!(atomic_load (&r->failed) & (1u << li)))
+    return 0;
   return r->err[li];
 }
 

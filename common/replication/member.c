@@ -11,6 +11,12 @@
  * Publishes are made under v->lock, so the parities never flip twice
  * during one drain.
  *
+ * A write that reads a word with no absent slot takes no ticket: it has
+ * no bit to set, so its window is empty, exactly as if it had taken a
+ * ticket and given it back before the publish began; the publish has
+ * nothing to wait for on its account.  That is every write of a healthy
+ * volume, which then costs one load here.
+ *
  * Failing a leg: the state change is published at once (no new request
  * goes to the leg), the leg's sockets are shut down (its requests in
  * flight end), and the failure is recorded: the hot activity-log
@@ -51,16 +57,24 @@ my_stripe (void)
   return (unsigned) ((t >> 12) ^ (t >> 20)) % WCOUNT_STRIPES;
 }
 
+/* The ticket of a write that needs none (no absent slot). */
+#define NO_TICKET UINT16_MAX
+
 /* Take a write ticket and the membership it is valid for.  Returns the
  * ticket for membership_leave_write.
  */
 uint16_t
 membership_enter_write (struct volume *v, uint64_t *mp)
 {
-  unsigned s = my_stripe ();
+  uint64_t m = atomic_load (&v->membership);
+  unsigned s;
 
+  if (MB_ABSENT (m) == 0) {
+    *mp = m;
+    return NO_TICKET;
+  }
+  s = my_stripe ();
   for (;;) {
-    uint64_t m = atomic_load (&v->membership);
     unsigned p = MB_EPOCH (m) & 1;
 
     atomic_fetch_add (&v->wcount[p][s].n, 1);
@@ -69,6 +83,7 @@ membership_enter_write (struct volume *v, uint64_t *mp)
       return (uint16_t) (p | (s << 1));
     }
     atomic_fetch_sub (&v->wcount[p][s].n, 1);
+    m = atomic_load (&v->membership);
   }
 }
 
@@ -76,7 +91,8 @@ membership_enter_write (struct volume *v, uint64_t *mp)
 void
 membership_leave_write (struct volume *v, uint16_t ticket)
 {
-  atomic_fetch_sub (&v->wcount[ticket & 1][ticket >> 1].n, 1);
+  if (ticket != NO_TICKET)
+    atomic_fetch_sub (&v->wcount[ticket & 1][ticket >> 1].n, 1);
 }
 
 /* Writes still holding tickets of a parity. */

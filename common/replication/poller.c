@@ -15,7 +15,13 @@
  * partial send sets the connection's want_write flag and kicks the
  * poller (an eventfd), which then adds EPOLLOUT; the poller removes it
  * once libnbd no longer wants to write.  A dead connection is removed
- * from epoll by the poller.
+ * from epoll by the poller.  After handling a connection the poller asks
+ * libnbd only for its direction (a command queued while a reply was
+ * being read is sent from inside notify_read and may leave bytes to
+ * send); whether the connection died is asked only when libnbd
+ * reported an error or the socket hung up: a dead connection whose
+ * socket stays readable keeps reporting events until it is removed, so
+ * it cannot be missed.
  *
  * Detaching a connection (before closing it) takes it out of epoll and
  * then waits until the poller has finished the loop iteration it may
@@ -103,17 +109,19 @@ kick (struct poller *p)
 }
 
 /* Register for what libnbd wants now (poller thread, or before the
- * thread runs); take a dead connection out of epoll.
+ * thread runs); if it may have died (check_dead), take a dead
+ * connection out of epoll.
  */
 static void
-update_events (struct poller *p, struct conn *c)
+update_events (struct poller *p, struct conn *c, bool check_dead)
 {
   struct epoll_event ev = { .data.ptr = c };
   uint32_t want;
 
   if (atomic_load (&c->dead))
     return;
-  if (nbd_aio_is_dead (c->nbd) || nbd_aio_is_closed (c->nbd)) {
+  if (check_dead &&
+      (nbd_aio_is_dead (c->nbd) || nbd_aio_is_closed (c->nbd))) {
     epoll_ctl (p->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     atomic_store (&c->dead, true);
     return;
@@ -140,7 +148,7 @@ handle_kick (struct poller *p)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&p->lock);
   for (i = 0; i < p->nr_conns; ++i)
     if (atomic_exchange (&p->conns[i]->want_write, false))
-      update_events (p, p->conns[i]);
+      update_events (p, p->conns[i], true);
 }
 
 /* Retire the failed commands the completion callback left behind. */
@@ -159,13 +167,15 @@ retire_failed (struct conn *c)
 static void
 handle_conn (struct poller *p, struct conn *c, uint32_t events)
 {
+  int r = 0;
+
   if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
-    nbd_aio_notify_read (c->nbd);
+    r = nbd_aio_notify_read (c->nbd);
   else if (events & EPOLLOUT)
-    nbd_aio_notify_write (c->nbd);
+    r = nbd_aio_notify_write (c->nbd);
   conn_wake_deferred (c);
   retire_failed (c);
-  update_events (p, c);
+  update_events (p, c, r == -1 || (events & (EPOLLHUP | EPOLLERR)));
 }
 
 /* The poller thread. */

@@ -2,14 +2,21 @@
 /* Resync: bring a stale leg up to date while clients keep writing.
  *
  * A resync copies the chunks set in the target slot's bitmap (all of
- * them for a full resync) from an uptodate source, with LANES threads
- * each copying one run at a time on their own libnbd connections, so
- * resync traffic never queues behind client requests on the shared
- * handles.  Each run is copied under its chunk lock, from the first
- * look at the source (its block status) to the last write to the
- * target, so no copy ever overwrites a newer client write (invariant
- * 5).  Where the source says zero the target gets write-zeroes, so a
- * sparse volume rebuilds in proportion to its data.
+ * them for a full resync) from an uptodate source over LANES pairs of
+ * libnbd connections of its own, so resync traffic never queues behind
+ * client requests on the shared handles.  COPIERS threads share each
+ * lane, each copying one run (up to RUN_BYTES) at a time, so a lane
+ * has several runs in flight; a run costs three round trips whatever
+ * its extents (copy.c: block status, the data extents read at once,
+ * every write and zero sent at once), so LANES x COPIERS runs keep
+ * about as many requests in flight as nbdcopy's 4 x 64.  Each run is
+ * copied under its chunk lock, from the first look at the source (its
+ * block status) to the last write to the target, so no copy ever
+ * overwrites a newer client write (invariant 5); runs never overlap
+ * (the cursor hands each chunk out once per pass), so the copiers
+ * never wait for each other there.  Where the source says zero the
+ * target gets write-zeroes and nothing is read, so a sparse volume
+ * rebuilds in proportion to its data.
  *
  * Order of events:
  *   1. the target is marked inconsistent (its superblock), gets a slot
@@ -53,6 +60,7 @@
 #include "cleanup.h"
 
 #define LANES 4
+#define COPIERS 4               /* threads per lane */
 #define RUN_BYTES (1024 * 1024)
 #define CHECKPOINT_BYTES (256 * 1024 * 1024)
 #define CHECKPOINT_NS (2000000000ULL)
@@ -328,7 +336,18 @@ struct lane_arg {
   unsigned lane;
 };
 
-/* A lane: take runs and copy them until the pass ends or something
+/* The buffer a copier needs: a run, at most COPY_MAX (copy_run copies
+ * longer runs, of one big chunk, in COPY_MAX pieces).
+ */
+static size_t
+copy_buf_size (struct volume *v)
+{
+  uint64_t run = run_chunks (v) * v->cfg.chunk;
+
+  return run < COPY_MAX ? run : COPY_MAX;
+}
+
+/* A copier: take runs and copy them until the pass ends or something
  * fails.
  */
 static void *
@@ -338,7 +357,7 @@ lane_thread (void *arg)
   struct resync *rs = la->rs;
   CLEANUP_FREE void *buf = NULL;
 
-  if (posix_memalign (&buf, 4096, COPY_MAX) != 0)
+  if (posix_memalign (&buf, 4096, copy_buf_size (rs->v)) != 0)
     return NULL;
   for (;;) {
     struct run run;
@@ -427,17 +446,17 @@ pick_source (struct resync *rs)
   return open_conns (rs->source, rs->src_conns);
 }
 
-/* One pass over the bitmap with LANES lanes. */
+/* One pass over the bitmap with COPIERS threads on each of LANES lanes. */
 static void
 run_pass (struct resync *rs)
 {
-  pthread_t th[LANES];
-  struct lane_arg args[LANES];
+  pthread_t th[LANES * COPIERS];
+  struct lane_arg args[LANES * COPIERS];
   unsigned i, started = 0;
 
   rs->cursor = 0;
-  for (i = 0; i < LANES; ++i) {
-    args[i] = (struct lane_arg) { rs, i };
+  for (i = 0; i < LANES * COPIERS; ++i) {
+    args[i] = (struct lane_arg) { rs, i % LANES };
     if (pthread_create (&th[i], NULL, lane_thread, &args[i]) == 0)
       started++;
     else
@@ -714,6 +733,11 @@ resync_start (struct volume *v, struct leg *target, bool full)
   rs->target = target;
   rs->full = full;
   rs->start_ns = rs->last_checkpoint_ns = now_ns ();
+  /* Client requests made before the resync starts do not make the
+   * clients busy during it (from 0, the first BUSY_NS of every resync
+   * ran at resync-min-rate).
+   */
+  rs->seen_client_requests = atomic_load (&v->client_requests);
   pthread_mutex_init (&rs->lock, NULL);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
