@@ -73,6 +73,21 @@ print_volume_details (const json_t *vol)
   putchar ('\n');
 }
 
+/* The ublk line, if the controller serves a ublk device (ublk=ID). */
+static void
+print_ublk (const json_t *u)
+{
+  const char *device = jstr (u, "device"), *state = jstr (u, "state");
+
+  printf ("  ublk %s %s, %" PRId64 " queue(s) x %" PRId64 ", %" PRId64
+          " in flight, %" PRId64 " requests%s%s\n",
+          device ? device : "?", state ? state : "?",
+          jint (u, "queues", 0), jint (u, "depth", 0),
+          jint (u, "inflight", 0), jint (u, "requests", 0),
+          jbool (u, "recovered", false) ? ", recovered" : "",
+          jbool (u, "keep", false) ? ", kept at stop" : "");
+}
+
 /* The backup line, if a backup runs. */
 static void
 print_backup (const json_t *b)
@@ -173,6 +188,8 @@ print_status (const json_t *status)
 
   print_volume_line (vol);
   print_volume_details (vol);
+  if (jobj (vol, "ublk"))
+    print_ublk (jobj (vol, "ublk"));
   if (vf)
     print_verify (vf);
   if (jobj (vol, "backup"))

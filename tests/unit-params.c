@@ -323,6 +323,11 @@ static const struct set_case set_cases[] = {
     "ublk-depth=0: must be between 1 and 4096" },
   { true, { "ublk=1", "ublk-depth=4097" }, "ublk-depth=4097: must be" },
   { true, { "ublk-queues=2" }, "ublk-queues is given without ublk=ID" },
+  { true, { "ublk=0" }, "OK ublk-keep=false" },
+  { true, { "ublk=0", "ublk-keep=true" }, "OK ublk=0 ublk-keep=true" },
+  { true, { "ublk-keep=yes" }, "ublk-keep is given without ublk=ID" },
+  { true, { "ublk=0", "ublk-keep=maybe" },
+    "ublk-keep=maybe: must be 1/0, true/false, yes/no or on/off" },
   { true, { "ublk-depth=64" }, "ublk-depth is given without ublk=ID" },
   { true, { "ublk=1", "ublk=2" }, "ublk given twice: ublk=2" },
 
@@ -386,6 +391,8 @@ format_field (const struct config *c, const char *name, char *buf,
     snprintf (buf, len, "%u", c->ublk_queues);
   else if (strcmp (name, "ublk-depth") == 0)
     snprintf (buf, len, "%u", c->ublk_depth);
+  else if (strcmp (name, "ublk-keep") == 0)
+    snprintf (buf, len, "%s", c->ublk_keep ? "true" : "false");
   else
     return false;
   return true;

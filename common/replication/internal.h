@@ -47,6 +47,7 @@ struct al;
 struct resync;
 struct verify;
 struct control;
+struct ublk;
 
 /* ---- membership word ---------------------------------------------- */
 
@@ -241,6 +242,7 @@ struct volume {
 
   struct control *control;
   struct verify *verify;
+  struct ublk *ublk;            /* the ublk= frontend (ublk.c), or NULL */
   struct backup *backup;        /* the running backup (control thread) */
 };
 

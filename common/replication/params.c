@@ -83,6 +83,7 @@ enum key {
   KEY_CONTROL, KEY_CHUNK, KEY_MAX_LEGS, KEY_AL_EXTENT, KEY_AL_EXTENTS,
   KEY_RESYNC_RATE, KEY_RESYNC_MIN_RATE, KEY_VERIFY_RATE, KEY_INIT, KEY_WAIT, KEY_FORCE,
   KEY_PREFER, KEY_METADATA, KEY_UBLK, KEY_UBLK_QUEUES, KEY_UBLK_DEPTH,
+  KEY_UBLK_KEEP,
   NR_KEYS
 };
 
@@ -110,6 +111,7 @@ static const char *const key_names[NR_KEYS] = {
   [KEY_UBLK] = "ublk",
   [KEY_UBLK_QUEUES] = "ublk-queues",
   [KEY_UBLK_DEPTH] = "ublk-depth",
+  [KEY_UBLK_KEEP] = "ublk-keep",
 };
 
 static const char *const read_names[] = {
@@ -1026,6 +1028,8 @@ set_key (struct config *c, enum key k, const char *key, const char *value,
   case KEY_UBLK_DEPTH:
     return set_unsigned (key, value, 1, UBLK_DEPTH_MAX, &c->ublk_depth,
                          err, errlen);
+  case KEY_UBLK_KEEP:
+    return set_bool (key, value, &c->ublk_keep, err, errlen);
   case NR_KEYS:
     break;
   }
@@ -1138,9 +1142,11 @@ config_check (struct config *c, char *err, size_t errlen)
                  format_size (c->resync_min_rate, a, sizeof a),
                  format_size (c->resync_rate, b, sizeof b));
   if (c->ublk_id == -1 &&
-      (given (c, KEY_UBLK_QUEUES) || given (c, KEY_UBLK_DEPTH)))
+      (given (c, KEY_UBLK_QUEUES) || given (c, KEY_UBLK_DEPTH) ||
+       given (c, KEY_UBLK_KEEP)))
     return fail (err, errlen, "%s is given without ublk=ID",
-                 given (c, KEY_UBLK_QUEUES) ? "ublk-queues" : "ublk-depth");
+                 given (c, KEY_UBLK_QUEUES) ? "ublk-queues" :
+                 given (c, KEY_UBLK_DEPTH) ? "ublk-depth" : "ublk-keep");
   return 0;
 }
 

@@ -52,6 +52,7 @@ struct config {
   int ublk_id;                  /* -1 = no ublk frontend */
   unsigned ublk_queues;
   unsigned ublk_depth;
+  bool ublk_keep;               /* a clean stop keeps the device */
 
   /* Which keys were given, to reject repeats of single-valued ones. */
   uint32_t seen;
@@ -114,6 +115,7 @@ extern const char *init_mode_name (enum init_mode m);
   "prefer=INDEX               Resolve split brain in favour of this leg.\n" \
   "metadata=internal|none     On-disk metadata at the end of each leg (default).\n" \
   "ublk=ID                    Also serve /dev/ublkbID from the engine.\n" \
-  "ublk-queues=N, ublk-depth=N  ublk queues and depth."
+  "ublk-queues=N, ublk-depth=N  ublk queues and depth.\n" \
+  "ublk-keep=BOOL             A clean stop keeps /dev/ublkbID for the next controller."
 
 #endif /* REPLICATE_PARAMS_H */

@@ -17,6 +17,7 @@
 #include "resync.h"
 #include "al.h"
 #include "verify.h"
+#include "ublk.h"
 #include "backup.h"
 #include "random.h"
 #include "cleanup.h"
@@ -211,6 +212,7 @@ volume_json (struct volume *v, const struct backup_status *b)
                        json_integer ((json_int_t)
                                      atomic_load (&v->verify_rate)));
   json_object_set_new (j, "verify", verify_json (v));
+  json_object_set_new (j, "ublk", ublk_status_json (v));
   json_object_set_new (j, "backup", backup_json (b));
   json_object_set_new (j, "backup_base", b->have_base ? json_string (b->base)
                                                      : json_null ());

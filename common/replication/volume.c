@@ -24,6 +24,7 @@
 #include "al.h"
 #include "control.h"
 #include "verify.h"
+#include "ublk.h"
 #include "cleanup.h"
 
 const char *engine_config_help = CONFIG_HELP;
@@ -73,6 +74,7 @@ engine_free (struct volume *v)
     free (v->bm_seq[i]);
   }
   al_free (v->al);
+  ublk_free (v->ublk);
   poller_free (v->poller);
   if (v->rl)
     rangelock_free (v->rl);
@@ -160,7 +162,8 @@ engine_after_fork (struct volume *v)
   if (v->cfg.control && control_start (v) == -1)
     return -1;
   v->threads_running = true;
-  return 0;
+  /* Last: the device is served once the engine is. */
+  return ublk_start (v);
 }
 
 /* Empty the activity log for a clean stop: flush and cool until nothing
@@ -186,6 +189,8 @@ engine_stop (struct volume *v)
   size_t i;
   int err;
 
+  /* First: no request may come after the activity log is emptied. */
+  ublk_stop (v);
   if (v->cfg.control)
     control_stop (v);
   verify_shutdown (v);
