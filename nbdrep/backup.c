@@ -6,7 +6,7 @@
  *
  *  1. status: the volume's UUID (the store groups backups by it);
  *  2. the store: a lock against deletes, and the newest backup of the
- *     volume there, whose name is the base we tell the controller;
+ *     volume there, whose controller token is the base we give;
  *  3. backup-begin {"base"}: the source to read (a leg held out of the
  *     volume after a flush, for a point-in-time copy, or a live leg),
  *     and the ranges written since the base, or null;
@@ -18,8 +18,13 @@
  *     run, or a HEAD that finds it; --full trusts no base) is not sent
  *     again; the others are compressed and PUT;
  *  6. backup-end "done" once every block is stored: the controller
- *     confirms it held the source until then, and records the base;
- *  7. the manifest, last: without it the backup does not exist.
+ *     confirms it held the source until then (if it did not, the copy
+ *     may mix two points in time: backup-end fails, and so does the
+ *     backup), and records the base;
+ *  7. the manifest, last and whole (bs_put_atomic): without it the
+ *     backup does not exist.  If it cannot be written after step 6,
+ *     the controller's base has moved on and the next backup reads
+ *     everything, which is safe.
  *
  * Any failure ends the backup with backup-end "failed" and writes no
  * manifest; blocks already stored stay (the next backup reuses them,
@@ -30,7 +35,10 @@
  * which owns the curl multi handle (HEADs and PUTs in flight), the
  * manifest, the progress display and the control connection.  The
  * hash set of blocks known to be stored or on their way is shared
- * under the lock, so that identical blocks are sent once.
+ * under the lock, so that identical blocks are sent once.  The lock
+ * guards the queue, the reader count, the failure flag, the rate cap
+ * and the hash set; it is never held while waiting for I/O, and
+ * bs_multi_wakeup (thread-safe) is called after it is dropped.
  */
 
 #include <config.h>
@@ -53,6 +61,7 @@
 
 #define NR_READERS 2
 #define KEEPALIVE_SECONDS 5.0
+#define MAX_READ (32 * 1024 * 1024)  /* a read when the source says none */
 
 struct backup_opts {
   const char *name;
@@ -100,16 +109,6 @@ struct backup {
   struct bs_counts counts;
 };
 
-/* Now on the monotonic clock. */
-static double
-mono (void)
-{
-  struct timespec ts;
-
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
-
 /* Mark the backup failed and wake everyone. */
 static void
 set_failed (struct backup *b)
@@ -151,11 +150,11 @@ rate_wait (struct backup *b, uint32_t len)
     return;
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&b->lock);
-    double now = mono ();
+    double now = bs_now ();
     start = b->rate_next > now ? b->rate_next : now;
     b->rate_next = start + (double) len / (double) b->rate;
   }
-  wait = start - mono ();
+  wait = start - bs_now ();
   if (wait > 0)
     sleep_seconds (wait);
 }
@@ -206,7 +205,8 @@ make_job (struct backup *b, struct job *j, const char *buf, uint32_t len)
     j->kind = JOB_ZERO;
     return 0;
   }
-  bs_hash (buf, len, j->hash);
+  if (bs_hash (buf, len, j->hash) == -1)
+    return -1;
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&b->lock);
     added = bs_hashset_add (b->known, j->hash);
@@ -223,14 +223,73 @@ make_job (struct backup *b, struct job *j, const char *buf, uint32_t len)
   return 0;
 }
 
-/* Read blocks until none is left. */
+/* The largest read the source takes (a block may be larger). */
+static uint32_t
+max_read (struct nbd_handle *h)
+{
+  int64_t max = nbd_get_block_size (h, LIBNBD_SIZE_MAXIMUM);
+
+  return max > 0 && max < MAX_READ ? (uint32_t) max : MAX_READ;
+}
+
+/* Read len bytes at offset in pieces of at most piece bytes. */
+static int
+read_range (struct nbd_handle *h, char *buf, uint32_t len, uint64_t offset,
+            uint32_t piece)
+{
+  while (len > 0) {
+    uint32_t n = len < piece ? len : piece;
+    if (nbd_pread (h, buf, n, offset, 0) == -1)
+      return -1;
+    buf += n;
+    offset += n;
+    len -= n;
+  }
+  return 0;
+}
+
+/* Read, hash and hand over blocks until none is left or the backup
+ * failed.  -1 (message printed) on an error.
+ */
+static int
+read_blocks (struct backup *b, struct nbd_handle *h, char *buf)
+{
+  uint32_t piece = max_read (h);
+  uint64_t i;
+
+  while (next_block (b, &i)) {
+    uint32_t len = bs_manifest_block_len (b->m, i);
+    uint64_t offset = i * b->m->block_size;
+    struct job *j;
+
+    rate_wait (b, len);
+    if (read_range (h, buf, len, offset, piece) == -1) {
+      nbdrep_error ("reading the volume at %s, offset %" PRIu64 ": %s",
+                    b->source, offset, nbd_get_error ());
+      return -1;
+    }
+    if ((j = calloc (1, sizeof *j)) == NULL) {
+      nbdrep_error ("out of memory");
+      return -1;
+    }
+    j->b = b;
+    j->index = i;
+    if (make_job (b, j, buf, len) == -1) {
+      job_free (j);
+      return -1;
+    }
+    push_job (b, j);
+  }
+  return 0;
+}
+
+/* A reader thread: blocks through a connection of its own. */
 static void *
 reader (void *arg)
 {
   struct backup *b = arg;
   struct nbd_handle *h = nbd_create ();
   char *buf = malloc (b->m->block_size);
-  uint64_t i;
 
   if (h == NULL || buf == NULL) {
     nbdrep_error ("out of memory");
@@ -242,28 +301,8 @@ reader (void *arg)
     set_failed (b);
   }
   else {
-    while (next_block (b, &i)) {
-      uint32_t len = bs_manifest_block_len (b->m, i);
-      struct job *j = calloc (1, sizeof *j);
-      rate_wait (b, len);
-      if (j == NULL ||
-          nbd_pread (h, buf, len, i * b->m->block_size, 0) == -1) {
-        nbdrep_error ("reading the volume at %s, offset %" PRIu64 ": %s",
-                      b->source, i * b->m->block_size,
-                      j ? nbd_get_error () : "out of memory");
-        free (j);
-        set_failed (b);
-        break;
-      }
-      j->b = b;
-      j->index = i;
-      if (make_job (b, j, buf, len) == -1) {
-        job_free (j);
-        set_failed (b);
-        break;
-      }
-      push_job (b, j);
-    }
+    if (read_blocks (b, h, buf) == -1)
+      set_failed (b);
     nbd_shutdown (h, 0);
   }
   nbd_close (h);
@@ -388,7 +427,7 @@ static void
 progress_of (const struct backup *b, const char *name, double started,
              struct progress_item *it)
 {
-  double elapsed = mono () - started;
+  double elapsed = bs_now () - started;
 
   memset (it, 0, sizeof *it);
   snprintf (it->kind, sizeof it->kind, "backup");
@@ -434,9 +473,9 @@ check_controller (struct ctl *c, const char *token)
     nbdrep_error ("lost the controller during the backup");
     return -1;
   }
-  bk = json_object_get (jobj (status, "volume"), "backup");
+  bk = jobj (jobj (status, "volume"), "backup");
   t = bk ? jstr (bk, "token") : NULL;
-  if (bk && (t == NULL || strcmp (t, token) != 0)) {
+  if (t == NULL || strcmp (t, token) != 0) {
     nbdrep_error ("the controller no longer runs this backup (token %s)",
                   token);
     r = -1;
@@ -453,7 +492,7 @@ run_transfers (struct backup *b, struct ctl *c, const char *token,
   pthread_t threads[NR_READERS];
   unsigned n = b->nr_todo < NR_READERS ? (unsigned) b->nr_todo : NR_READERS;
   bool tty = isatty (STDOUT_FILENO), finished = false;
-  double started = mono (), last_show = 0, last_check = started;
+  double started = bs_now (), last_show = 0, last_check = started;
   struct screen scr = { 0 };
   unsigned i;
 
@@ -475,8 +514,9 @@ run_transfers (struct backup *b, struct ctl *c, const char *token,
   }
   while (!has_failed (b) && !(finished = take_jobs (b))) {
     double now;
-    bs_multi_run (b->multi, 200);
-    now = mono ();
+    if (bs_multi_run (b->multi, 200) == -1)
+      set_failed (b);
+    now = bs_now ();
     if (now - last_show >= (tty ? 0.25 : 1.0)) {
       show_progress (b, name, started, &scr, tty);
       last_show = now;
@@ -667,16 +707,19 @@ newest_backup (struct bs_store *s, const char *volume)
   return m;
 }
 
-/* Write the manifest. */
+/* Write the manifest, so that it appears whole or not at all. */
 static int
 write_manifest (struct backup *b)
 {
   CLEANUP_FREE char *text = bs_manifest_encode (b->m);
   CLEANUP_FREE char *key = bs_key_manifest (b->m->volume, b->m->name);
 
+  if (key == NULL)
+    nbdrep_error ("out of memory");
   if (text == NULL || key == NULL)
     return -1;
-  return bs_put (b->store, key, text, strlen (text)) == BS_OK ? 0 : -1;
+  return bs_put_atomic (b->store, key, text, strlen (text)) == BS_OK
+    ? 0 : -1;
 }
 
 /* Print what the backup did. */
@@ -722,7 +765,7 @@ backup_blocks (struct backup *b, const struct backup_opts *o,
 {
   bool incremental;
 
-  if (!o->full && know_base (b, base) == -1)
+  if (know_base (b, base) == -1)
     return -1;
   if (plan_reads (b, base, bg->changed, &incremental) == -1)
     return -1;
@@ -734,7 +777,7 @@ backup_blocks (struct backup *b, const struct backup_opts *o,
     printf ("reading every block (%s)\n",
             o->full ? "--full" : base == NULL ? "no earlier backup"
             : bg->changed == NULL || json_is_null (bg->changed)
-            ? "the controller has no changes since the base"
+            ? "the controller did not track the changes since the base"
             : "the block size or the volume size changed");
   fflush (stdout);
   b->multi = bs_multi_new (b->store);
@@ -746,13 +789,13 @@ backup_blocks (struct backup *b, const struct backup_opts *o,
 /* Set up the backup state. */
 static int
 backup_init (struct backup *b, struct bs_store *store, const char *volume,
-             const struct backup_opts *o, uint64_t size, uint64_t rate)
+             const struct backup_opts *o, uint64_t size)
 {
   memset (b, 0, sizeof *b);
   pthread_mutex_init (&b->lock, NULL);
   pthread_cond_init (&b->cond, NULL);
   b->store = store;
-  b->rate = rate;
+  b->rate = o->rate;
   b->max_live = 2 * bs_store_connections (store);
   b->known = bs_hashset_new ();
   b->m = bs_manifest_new (o->name, volume, size, o->block_size);
@@ -785,10 +828,19 @@ backup_fini (struct backup *b)
   pthread_cond_destroy (&b->cond);
 }
 
-/* The source to read: the controller's, else --source. */
+/* The source to read: the controller's, else --source; NULL (message
+ * printed) if there is none, or if it is not the volume the status
+ * described.
+ */
 static const char *
-choose_source (const struct begin *bg, const struct backup_opts *o)
+choose_source (const struct begin *bg, const struct backup_opts *o,
+               uint64_t size)
 {
+  if (bg->size != size) {
+    nbdrep_error ("backup-begin: size %" PRIu64 ", the status said %" PRIu64,
+                  bg->size, size);
+    return NULL;
+  }
   if (bg->source) {
     if (o->source)
       fprintf (stderr, "nbdrep: --source ignored: the controller gave %s\n",
@@ -804,17 +856,74 @@ choose_source (const struct begin *bg, const struct backup_opts *o)
   return NULL;
 }
 
-/* Begin, run and end the backup; the exit status. */
+/* Record in the manifest what backup-begin said: the controller's
+ * token, the consistency and the source read.
+ */
+static int
+record_begin (struct backup *b, const struct begin *bg)
+{
+  struct bs_manifest *m = b->m;
+  int r;
+
+  m->created = time (NULL);
+  m->token = strdup (bg->token);
+  m->consistency = strdup (bg->consistency);
+  if (bg->leg >= 0)
+    r = asprintf (&m->source, "leg %" PRId64 " %s", bg->leg, b->source);
+  else
+    r = asprintf (&m->source, "%s", b->source);
+  if (r == -1)
+    m->source = NULL;
+  if (m->token == NULL || m->consistency == NULL || m->source == NULL) {
+    nbdrep_error ("out of memory");
+    return -1;
+  }
+  return 0;
+}
+
+/* Read and store the blocks of a begun backup; 0 when all are stored. */
 static int
 run_begun (struct backup *b, struct ctl *c, const struct backup_opts *o,
-           const struct bs_manifest *base, struct bs_lock *lock)
+           const struct bs_manifest *base, const struct begin *bg,
+           struct bs_lock *lock)
+{
+  b->source = choose_source (bg, o, b->m->size);
+  if (b->source == NULL || record_begin (b, bg) == -1)
+    return -1;
+  say_consistency (bg, b->source);
+  return backup_blocks (b, o, o->full ? NULL : base, bg, c, lock);
+}
+
+/* Complete the manifest of a backup whose blocks are all stored, and
+ * write it: the backup exists from then on.
+ */
+static int
+finish_manifest (struct backup *b, const struct bs_manifest *base)
+{
+  count_zero (b);
+  b->m->counts = b->counts;
+  b->m->completed = time (NULL);
+  if (b->m->incremental && (b->m->base = strdup (base->name)) == NULL) {
+    nbdrep_error ("out of memory");
+    return -1;
+  }
+  return write_manifest (b);
+}
+
+/* Begin, run and end the backup, then write its manifest; the exit
+ * status.
+ */
+static int
+run_session (struct backup *b, struct ctl *c, const struct backup_opts *o,
+             const struct bs_manifest *base, struct bs_lock *lock)
 {
   struct begin bg = { 0 };
   CLEANUP_FREE char *id = NULL;
-  double started = mono ();
-  int r = -1;
+  double started = bs_now ();
+  int r;
 
   if (asprintf (&id, "%s#%s", bs_store_target (b->store), o->name) == -1) {
+    id = NULL;
     nbdrep_error ("out of memory");
     return EXIT_ERROR;
   }
@@ -823,41 +932,13 @@ run_begun (struct backup *b, struct ctl *c, const struct backup_opts *o,
     json_decref (bg.reply);
     return EXIT_ERROR;
   }
-  b->m->created = time (NULL);
-  b->m->token = strdup (bg.token);
-  b->source = b->m->token ? choose_source (&bg, o) : NULL;
-  if (b->source && bg.size != b->m->size) {
-    nbdrep_error ("backup-begin: size %" PRIu64 ", the status said %" PRIu64,
-                  bg.size, b->m->size);
-    b->source = NULL;
-  }
-  if (b->source) {
-    say_consistency (&bg, b->source);
-    b->m->consistency = strdup (bg.consistency);
-    if (bg.leg >= 0)
-      r = asprintf (&b->m->source, "leg %" PRId64 " %s", bg.leg, b->source);
-    else
-      r = asprintf (&b->m->source, "%s", b->source);
-    if (r == -1 || b->m->consistency == NULL) {
-      b->m->source = NULL;
-      nbdrep_error ("out of memory");
-    }
-    else
-      r = backup_blocks (b, o, o->full ? NULL : base, &bg, c, lock);
-  }
+  r = run_begun (b, c, o, base, &bg, lock);
   if (end_backup (c, bg.token, r == 0, id) == -1)
     r = -1;
-  if (r == 0) {
-    count_zero (b);
-    b->m->counts = b->counts;
-    b->m->completed = time (NULL);
-    if (b->m->incremental && (b->m->base = strdup (base->name)) == NULL)
-      r = -1;
-    if (r == 0)
-      r = write_manifest (b);
-  }
   if (r == 0)
-    print_summary (b, base ? base->name : NULL, mono () - started);
+    r = finish_manifest (b, base);
+  if (r == 0)
+    print_summary (b, base ? base->name : NULL, bs_now () - started);
   else
     nbdrep_error ("backup %s failed: no manifest was written, so it does "
                   "not exist", o->name);
@@ -929,8 +1010,8 @@ do_backup (const char *ctl_path, struct bs_store *store,
     return EXIT_ERROR;
   }
   base = newest_backup (store, volume);
-  if (backup_init (&b, store, volume, o, size, o->rate) == 0)
-    r = run_begun (&b, c, o, base, lock);
+  if (backup_init (&b, store, volume, o, size) == 0)
+    r = run_session (&b, c, o, base, lock);
   backup_fini (&b);
   bs_manifest_free (base);
   bs_lock_release (lock);

@@ -11,6 +11,9 @@
  * cannot be read.  backup-verify fetches every distinct block of a
  * backup, decompresses it and checks its hash, naming each object that
  * is missing or damaged; it exits 3 if any is.
+ *
+ * One thread: the sweep's DELETEs and the verify's GETs run on one
+ * curl multi, at most twice `connections` queued at a time.
  */
 
 #include <config.h>
@@ -28,21 +31,16 @@
 #include "backupstore.h"
 #include "nbdrep.h"
 
+/* The --help line of --volume in backup-delete and backup-verify. */
+#define VOLUME_OPTION_HELP \
+  "  --volume=UUID     The volume, if backups of several volumes have\n" \
+  "                    that name.\n"
+
 /* Options the three commands share. */
 struct store_opts {
   const char *volume;
   bool json;
 };
-
-/* Is arg KEY=VALUE with a store option's KEY? */
-static bool
-is_store_option (const char *arg)
-{
-  const char *eq = strchr (arg, '=');
-  CLEANUP_FREE char *key = eq ? strndup (arg, (size_t) (eq - arg)) : NULL;
-
-  return key && bs_config_is_key (key);
-}
 
 /* Move the store options among the operands argv[first..argc) after
  * the others, keeping both in order; returns how many operands are not
@@ -54,7 +52,7 @@ partition_operands (int argc, char **argv, int first)
   int n = 0, i, j;
 
   for (i = first; i < argc; ++i)
-    if (!is_store_option (argv[i])) {
+    if (!bs_is_option (argv[i])) {
       char *a = argv[i];
       for (j = i; j > first + n; --j)
         argv[j] = argv[j - 1];
@@ -69,22 +67,8 @@ partition_operands (int argc, char **argv, int first)
 struct bs_store *
 open_store (const char *target, int nopts, char **opts)
 {
-  struct bs_config *cfg;
-  struct bs_store *s;
-  int i;
+  struct bs_store *s = bs_store_new (target, (size_t) nopts, opts);
 
-  cfg = bs_config_new (target);
-  if (cfg == NULL)
-    return NULL;
-  for (i = 0; i < nopts; ++i) {
-    char *eq = strchr (opts[i], '=');
-    CLEANUP_FREE char *key = strndup (opts[i], (size_t) (eq - opts[i]));
-    if (key == NULL || bs_config_set (cfg, key, eq + 1) == -1) {
-      bs_config_free (cfg);
-      return NULL;
-    }
-  }
-  s = bs_store_open (cfg);
   if (s && bs_store_check (s) == -1) {
     bs_store_close (s);
     return NULL;
@@ -192,26 +176,25 @@ run_backups (const struct subcommand *cmd, int argc, char **argv)
   struct store_opts o = { 0 };
   int i = parse_store_options (cmd, argc, argv, 1, &o, true), r = EXIT_OK;
   struct bs_store *s = open_store (argv[i], argc - i - 1, argv + i + 1);
+  json_t *list = o.json ? json_array () : NULL;
+  struct table *t = o.json ? NULL : table_new (7, headers);
   struct bs_backups l;
-  struct table *t = NULL;
-  json_t *list = NULL;
   size_t n;
 
-  if (s == NULL || bs_list_backups (s, o.volume, &l) == -1) {
+  if (o.json && list == NULL)
+    nbdrep_error ("out of memory");
+  if (s == NULL || (o.json && list == NULL) ||
+      bs_list_backups (s, o.volume, &l) == -1) {
+    json_decref (list);
+    table_free (t);
     bs_store_close (s);
     return EXIT_ERROR;
   }
-  if (o.json)
-    list = json_array ();
-  else
-    t = table_new (7, headers);
   for (n = 0; n < l.n; ++n) {
     struct bs_manifest *m = bs_load_manifest (s, l.b[n].volume, l.b[n].name);
-    if (m == NULL) {
+    if (m == NULL)
       r = EXIT_ERROR;
-      continue;
-    }
-    if (list)
+    else if (list)
       json_array_append_new (list, backup_json (m));
     else
       backup_row (t, m);
@@ -244,6 +227,47 @@ const struct subcommand cmd_backups = {
   "  --json            JSON for scripts.\n",
 };
 
+/* ---- backup-delete and backup-verify: one named backup ---------- */
+
+/* A backup named on the command line, in its opened store. */
+struct named_backup {
+  struct bs_store *s;
+  const char *name;
+  char *volume;
+};
+
+/* Parse TARGET NAME [KEY=VALUE...] [--volume=UUID], open the store and
+ * find the backup's volume.  -1 (error printed) if that fails.
+ */
+static int
+open_named_backup (const struct subcommand *cmd, int argc, char **argv,
+                   struct named_backup *nb)
+{
+  struct store_opts o = { 0 };
+  int i = parse_store_options (cmd, argc, argv, 2, &o, false);
+
+  nb->name = argv[i + 1];
+  if (!bs_valid_name (nb->name))
+    usage_error (cmd, "'%s' is not a backup name", nb->name);
+  nb->s = open_store (argv[i], argc - i - 2, argv + i + 2);
+  if (nb->s == NULL)
+    return -1;
+  nb->volume = bs_find_volume (nb->s, nb->name, o.volume);
+  if (nb->volume == NULL) {
+    bs_store_close (nb->s);
+    return -1;
+  }
+  return 0;
+}
+
+/* Close what open_named_backup opened. */
+static void
+close_named_backup (struct named_backup *nb)
+{
+  free (nb->volume);
+  bs_store_close (nb->s);
+}
+
 /* ---- backup-delete ----------------------------------------------- */
 
 /* Mark: the blocks the remaining backups of volume name.  NULL if any
@@ -257,6 +281,8 @@ mark_blocks (struct bs_store *s, const char *volume)
   size_t n;
   uint64_t i;
 
+  if (h == NULL)
+    nbdrep_error ("out of memory");
   if (h == NULL || bs_list_backups (s, volume, &l) == -1) {
     bs_hashset_free (h);
     return NULL;
@@ -264,8 +290,10 @@ mark_blocks (struct bs_store *s, const char *volume)
   for (n = 0; n < l.n && h; ++n) {
     struct bs_manifest *m = bs_load_manifest (s, volume, l.b[n].name);
     for (i = 0; m && i < m->nr_blocks; ++i)
-      if (!m->zero[i] && bs_hashset_add (h, m->hashes[i]) == -1)
+      if (!m->zero[i] && bs_hashset_add (h, m->hashes[i]) == -1) {
+        nbdrep_error ("out of memory");
         break;
+      }
     if (m == NULL || i < m->nr_blocks) {
       bs_hashset_free (h);
       h = NULL;
@@ -293,6 +321,30 @@ sweep_done (void *opaque, enum bs_result r, struct bs_buf *body UNUSED)
     sw->deleted++;
 }
 
+/* Queue the DELETE of the listed block e (under prefix) unless keep
+ * has it.
+ */
+static int
+sweep_one (struct bs_multi *m, const char *prefix, const struct bs_entry *e,
+           const struct bs_hashset *keep, struct sweep *sw)
+{
+  CLEANUP_FREE char *key = NULL;
+  uint8_t hash[BS_HASH_LEN];
+
+  if (bs_block_key_hash (e->name, hash) == -1 ||
+      bs_hashset_contains (keep, hash)) {
+    sw->kept++;
+    return 0;
+  }
+  if (asprintf (&key, "%s%s", prefix, e->name) == -1) {
+    key = NULL;
+    nbdrep_error ("out of memory");
+    return -1;
+  }
+  sw->deleted_bytes += e->size;
+  return bs_multi_add (m, BS_METHOD_DELETE, key, NULL, 0, sweep_done, sw);
+}
+
 /* Sweep: delete the blocks of volume not in keep. */
 static int
 sweep_blocks (struct bs_store *s, const char *volume,
@@ -301,36 +353,24 @@ sweep_blocks (struct bs_store *s, const char *volume,
 {
   CLEANUP_FREE char *prefix = bs_key_blocks (volume);
   struct bs_multi *m = bs_multi_new (s);
+  size_t max_pending = 2 * bs_store_connections (s);
   struct bs_list l = { 0 };
-  uint8_t hash[BS_HASH_LEN];
   size_t i;
-  int r = 0;
+  int r = -1;
 
-  if (prefix == NULL || m == NULL || bs_list (s, prefix, true, &l) == -1) {
-    bs_multi_free (m);
-    return -1;
-  }
-  for (i = 0; i < l.n && r == 0; ++i) {
-    CLEANUP_FREE char *key = NULL;
-    if (bs_block_key_hash (l.e[i].name, hash) == -1 ||
-        bs_hashset_contains (keep, hash)) {
-      sw->kept++;
-      continue;
-    }
-    if (asprintf (&key, "%s%s", prefix, l.e[i].name) == -1) {
-      key = NULL;
-      r = -1;
-      break;
-    }
-    sw->deleted_bytes += l.e[i].size;
-    r = bs_multi_add (m, BS_METHOD_DELETE, key, NULL, 0, sweep_done, sw);
-    while (r == 0 && bs_multi_pending (m) >= 2 * bs_store_connections (s))
-      bs_multi_run (m, 1000);
+  if (prefix == NULL)
+    nbdrep_error ("out of memory");
+  if (prefix && m)
+    r = bs_list (s, prefix, true, &l);
+  for (i = 0; r == 0 && i < l.n; ++i) {
+    r = sweep_one (m, prefix, &l.e[i], keep, sw);
+    if (r == 0)
+      r = bs_multi_wait (m, max_pending - 1);
     if (r == 0)
       r = bs_lock_refresh (lock);
   }
-  while (bs_multi_pending (m) > 0)
-    bs_multi_run (m, 1000);
+  if (r == 0)
+    r = bs_multi_wait (m, 0);
   bs_multi_free (m);
   bs_list_free (&l);
   return r == 0 && sw->failed == 0 ? 0 : -1;
@@ -341,16 +381,16 @@ static int
 delete_backup (struct bs_store *s, const char *volume, const char *name)
 {
   CLEANUP_FREE char *key = bs_key_manifest (volume, name);
-  struct bs_lock *lock = bs_lock_take (s, volume, "delete");
+  struct bs_lock *lock = key ? bs_lock_take (s, volume, "delete") : NULL;
   struct bs_hashset *keep = NULL;
   struct sweep sw = { 0 };
   enum bs_result r;
   int ret = -1;
 
-  if (lock == NULL || key == NULL) {
-    bs_lock_release (lock);
+  if (key == NULL)
+    nbdrep_error ("out of memory");
+  if (lock == NULL)
     return -1;
-  }
   r = bs_head (s, key);
   if (r == BS_NOT_FOUND)
     nbdrep_error ("%s: no backup %s of volume %s", bs_store_target (s), name,
@@ -378,20 +418,13 @@ delete_backup (struct bs_store *s, const char *volume, const char *name)
 static int
 run_backup_delete (const struct subcommand *cmd, int argc, char **argv)
 {
-  struct store_opts o = { 0 };
-  int i = parse_store_options (cmd, argc, argv, 2, &o, false), r;
-  const char *name = argv[i + 1];
-  struct bs_store *s;
-  CLEANUP_FREE char *volume = NULL;
+  struct named_backup nb;
+  int r;
 
-  if (!bs_valid_name (name))
-    usage_error (cmd, "'%s' is not a backup name", name);
-  s = open_store (argv[i], argc - i - 2, argv + i + 2);
-  if (s == NULL)
+  if (open_named_backup (cmd, argc, argv, &nb) == -1)
     return EXIT_ERROR;
-  volume = bs_find_volume (s, name, o.volume);
-  r = volume && delete_backup (s, volume, name) == 0 ? EXIT_OK : EXIT_ERROR;
-  bs_store_close (s);
+  r = delete_backup (nb.s, nb.volume, nb.name) == 0 ? EXIT_OK : EXIT_ERROR;
+  close_named_backup (&nb);
   return r;
 }
 
@@ -404,19 +437,10 @@ const struct subcommand cmd_backup_delete = {
   "The manifest goes first; then every block of the volume that no\n"
   "remaining backup names is deleted (mark and sweep), under a lock that\n"
   "keeps backups of the volume out meanwhile.\n",
-  .options =
-  "  --volume=UUID     The volume, if backups of several volumes have\n"
-  "                    that name.\n",
+  .options = VOLUME_OPTION_HELP,
 };
 
 /* ---- backup-verify ----------------------------------------------- */
-
-/* The check of one distinct block. */
-struct check {
-  struct verify_state *v;
-  uint64_t index;               /* the first block with this hash */
-  char *key;
-};
 
 struct verify_state {
   const struct bs_manifest *m;
@@ -425,14 +449,23 @@ struct verify_state {
   char *buf;                    /* block_size bytes */
 };
 
+/* The check of one distinct block (owned by verify_blocks, so that
+ * checks abandoned by a failing multi are freed all the same).
+ */
+struct check {
+  struct verify_state *v;
+  uint64_t index;               /* the first block with this hash */
+};
+
 /* A GET of a block finished: decode and check it. */
 static void
 check_done (void *opaque, enum bs_result r, struct bs_buf *body)
 {
-  struct check *c = opaque;
+  const struct check *c = opaque;
   struct verify_state *v = c->v;
   uint32_t len = bs_manifest_block_len (v->m, c->index);
   const char *why = NULL;
+  CLEANUP_FREE char *key = NULL;
 
   v->checked++;
   if (r == BS_NOT_FOUND)
@@ -442,14 +475,27 @@ check_done (void *opaque, enum bs_result r, struct bs_buf *body)
   else if (bs_decode (body->data, body->len, v->buf, len,
                       v->m->hashes[c->index], &why) == 0)
     v->bytes += body->len;
-  if (why) {
-    v->bad++;
-    printf ("BAD %s/%s: block %" PRIu64 " (offset %" PRIu64 "): %s\n",
-            bs_store_target (v->s), c->key, c->index,
-            c->index * v->m->block_size, why);
+  if (why == NULL)
+    return;
+  v->bad++;
+  key = bs_key_block (v->m->volume, v->m->hashes[c->index]);
+  printf ("BAD %s/%s: block %" PRIu64 " (offset %" PRIu64 "): %s\n",
+          bs_store_target (v->s), key ? key : "(out of memory)", c->index,
+          c->index * v->m->block_size, why);
+}
+
+/* Queue the GET of block i of m (the first with its hash) for check c. */
+static int
+queue_check (struct bs_multi *multi, const struct bs_manifest *m,
+             uint64_t i, struct check *c)
+{
+  CLEANUP_FREE char *key = bs_key_block (m->volume, m->hashes[i]);
+
+  if (key == NULL) {
+    nbdrep_error ("out of memory");
+    return -1;
   }
-  free (c->key);
-  free (c);
+  return bs_multi_add (multi, BS_METHOD_GET, key, NULL, 0, check_done, c);
 }
 
 /* Check every distinct block of m; -1 if it could not run. */
@@ -459,36 +505,34 @@ verify_blocks (struct bs_store *s, const struct bs_manifest *m,
 {
   struct bs_hashset *seen = bs_hashset_new ();
   struct bs_multi *multi = bs_multi_new (s);
+  CLEANUP_FREE struct check *checks =
+    calloc (m->nr_blocks ? m->nr_blocks : 1, sizeof *checks);
+  size_t max_pending = 2 * bs_store_connections (s);
   uint64_t i;
   int r = 0;
 
   v->buf = malloc (m->block_size);
-  if (seen == NULL || multi == NULL || v->buf == NULL) {
+  if (multi == NULL)
+    r = -1;
+  else if (seen == NULL || checks == NULL || v->buf == NULL) {
     nbdrep_error ("out of memory");
     r = -1;
   }
   for (i = 0; r == 0 && i < m->nr_blocks; ++i) {
-    struct check *c;
     int added = m->zero[i] ? 0 : bs_hashset_add (seen, m->hashes[i]);
+    if (added == -1)
+      nbdrep_error ("out of memory");
     if (added <= 0) {
       r = added;
       continue;
     }
-    c = calloc (1, sizeof *c);
-    if (c == NULL || (c->key = bs_key_block (m->volume, m->hashes[i]))
-        == NULL) {
-      free (c);
-      r = -1;
-      break;
-    }
-    c->v = v;
-    c->index = i;
-    r = bs_multi_add (multi, BS_METHOD_GET, c->key, NULL, 0, check_done, c);
-    while (r == 0 && bs_multi_pending (multi) >= 2 * bs_store_connections (s))
-      bs_multi_run (multi, 1000);
+    checks[i] = (struct check) { .v = v, .index = i };
+    r = queue_check (multi, m, i, &checks[i]);
+    if (r == 0)
+      r = bs_multi_wait (multi, max_pending - 1);
   }
-  while (bs_multi_pending (multi) > 0)
-    bs_multi_run (multi, 1000);
+  if (r == 0)
+    r = bs_multi_wait (multi, 0);
   bs_multi_free (multi);
   bs_hashset_free (seen);
   free (v->buf);
@@ -499,34 +543,24 @@ verify_blocks (struct bs_store *s, const struct bs_manifest *m,
 static int
 run_backup_verify (const struct subcommand *cmd, int argc, char **argv)
 {
-  struct store_opts o = { 0 };
-  int i = parse_store_options (cmd, argc, argv, 2, &o, false), r;
-  const char *name = argv[i + 1];
-  CLEANUP_FREE char *volume = NULL;
   struct verify_state v = { 0 };
-  struct bs_manifest *m = NULL;
-  struct bs_store *s;
+  struct named_backup nb;
+  struct bs_manifest *m;
+  int r = EXIT_ERROR;
 
-  if (!bs_valid_name (name))
-    usage_error (cmd, "'%s' is not a backup name", name);
-  s = open_store (argv[i], argc - i - 2, argv + i + 2);
-  if (s == NULL)
+  if (open_named_backup (cmd, argc, argv, &nb) == -1)
     return EXIT_ERROR;
-  volume = bs_find_volume (s, name, o.volume);
-  if (volume)
-    m = bs_load_manifest (s, volume, name);
+  m = bs_load_manifest (nb.s, nb.volume, nb.name);
   v.m = m;
-  v.s = s;
-  r = m && verify_blocks (s, m, &v) == 0 ? EXIT_OK : EXIT_ERROR;
-  if (r == EXIT_OK) {
+  v.s = nb.s;
+  if (m && verify_blocks (nb.s, m, &v) == 0) {
     printf ("backup %s of volume %s: %" PRIu64 " blocks checked (%s "
-            "stored), %" PRIu64 " bad\n", name, volume, v.checked,
+            "stored), %" PRIu64 " bad\n", nb.name, nb.volume, v.checked,
             human_size (v.bytes).s, v.bad);
-    if (v.bad > 0)
-      r = EXIT_UNHEALTHY;
+    r = v.bad > 0 ? EXIT_UNHEALTHY : EXIT_OK;
   }
   bs_manifest_free (m);
-  bs_store_close (s);
+  close_named_backup (&nb);
   return r;
 }
 
@@ -539,7 +573,5 @@ const struct subcommand cmd_backup_verify = {
   "Fetches each distinct block the backup names, decompresses it and\n"
   "checks its SHA-256; prints a BAD line naming each object that is\n"
   "missing or damaged, and exits 3 if there is any.\n",
-  .options =
-  "  --volume=UUID     The volume, if backups of several volumes have\n"
-  "                    that name.\n",
+  .options = VOLUME_OPTION_HELP,
 };

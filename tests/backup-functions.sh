@@ -15,8 +15,8 @@
 #   stop_service NAME / kill_service NAME   stop (SIGTERM) or kill -9
 #                   one service started here and wait for it
 #
-#   backup_nbdkit ARGS...   nbdkit -U - serving a backup (ARGS: the
-#                   plugin's parameters and --run)
+#   backup_nbdkit ARGS... --run CMD   serve a backup with nbdkit (ARGS:
+#                   the plugin's parameters) and run CMD with $uri set
 #   backups_get EXPR TARGET [KEY=VALUE...]   print the Python expression
 #                   EXPR with b = {name: entry} of `nbdrep backups --json`
 #
@@ -26,16 +26,33 @@
 # The restore plugin we build.
 BACKUP_PLUGIN="$abs_top_builddir/plugins/backup/.libs/nbdkit-backup-plugin.so"
 
-# backup_nbdkit ARGS...: nbdkit -U - with the restore plugin and ARGS (in
-# a sanitizer build with the sanitizer's runtime preloaded, as
-# start_controller does).
+# backup_nbdkit ARGS... --run CMD: serve a backup with the restore plugin
+# and ARGS as the harness serves a controller (start_controller: server
+# "restore", sanitizer runtime preloaded in a sanitizer build, exit
+# status and sanitizer reports checked when it stops), run CMD with
+# $uri set to the export, and print nbdkit's messages but the debug
+# ones on stderr.  Returns CMD's status (1 if nbdkit fails).  Not
+# nbdkit's own --run: CMD must not inherit the preloaded sanitizer
+# runtime (/bin/sh crashes with TSan's).
 backup_nbdkit ()
 {
-  local -a wrapper=()
-  if [ "$SANITIZER" != no ]; then
-    wrapper=(env "LD_PRELOAD=$(_sanitizer_runtime)")
-  fi
-  "${wrapper[@]}" "$NBDKIT" -U - "$BACKUP_PLUGIN" "$@"
+  local -a args=()
+  local cmd= rc=0
+  while [ $# -gt 0 ]; do
+    if [ "$1" = --run ]; then
+      cmd=$2
+      shift
+    else
+      args+=("$1")
+    fi
+    shift
+  done
+  rm -f "$tmpdir/restore.log"
+  start_controller restore "$BACKUP_PLUGIN" "${args[@]}" || return 1
+  uri=$restore_uri sh -c "$cmd" || rc=$?
+  stop_controller restore || rc=1
+  grep -v ': debug: ' "$tmpdir/restore.log" >&2 || true
+  return "$rc"
 }
 
 # backups_get EXPR TARGET [KEY=VALUE...]: evaluate EXPR over the listing.
@@ -226,9 +243,10 @@ wait_swift ()
 }
 
 # s3_request VERB BUCKET[/KEY] [FILE]: a request signed by curl(1) with
-# the test credentials (the colon of the key %-encoded in the URL);
-# FILE is the body of a PUT.  Prints the response body, fails on an
-# HTTP error.
+# the test credentials (the colon of the key %-encoded in the URL, which
+# reaches curl on its standard input, not on its command line); FILE
+# is the body of a PUT.  Prints the response body, fails on an HTTP
+# error.
 s3_request ()
 {
   local verb=$1 path=$2 file=${3-} hash
@@ -239,9 +257,10 @@ s3_request ()
   else
     hash=$(printf '' | sha256sum | cut -d' ' -f1)
   fi
-  curl -sSf -X "$verb" --aws-sigv4 "aws:amz:us-east-1:s3" \
-    -H "x-amz-content-sha256: $hash" "${body[@]}" \
-    "http://test%3Atester:testing@${S3_ENDPOINT#http://}/$path"
+  printf 'url = "http://%s:%s@%s/%s"\n' test%3Atester testing \
+         "${S3_ENDPOINT#http://}" "$path" |
+    curl -sSf -K - -X "$verb" --aws-sigv4 "aws:amz:us-east-1:s3" \
+      -H "x-amz-content-sha256: $hash" "${body[@]}"
 }
 
 # start_nginx: start nginx serving WebDAV from $tmpdir/dav/data.

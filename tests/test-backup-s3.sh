@@ -98,9 +98,9 @@ grep -q '^swept 1 unreferenced blocks' "$tmpdir/out"
 # the plugin fails the read and names it too.
 volume=$(backups_get 'b["incr2"]["volume"]' "$T" "${opts[@]}")
 s3_request GET "backups/vol/volumes/$volume/backups/incr2.json" >"$tmpdir/manifest"
-hash=$(python3 -c '
+read -r index hash < <(python3 -c '
 import json, sys
-print(next(h for h in json.load(open(sys.argv[1]))["blocks"] if h))' "$tmpdir/manifest")
+print(*next((i, h) for i, h in enumerate(json.load(open(sys.argv[1]))["blocks"]) if h))' "$tmpdir/manifest")
 key=volumes/$volume/blocks/${hash:0:2}/$hash.zst
 head -c 1000 /dev/urandom >"$tmpdir/garbage"
 s3_request PUT "backups/vol/$key" "$tmpdir/garbage" >/dev/null
@@ -110,13 +110,17 @@ cat "$tmpdir/out"
 [ "$rc" -eq 3 ]
 grep -q "^BAD $T/$key: block " "$tmpdir/out"
 grep -q ' 1 bad$' "$tmpdir/out"
+# (Never under valgrind: nbdkit 1.32 itself loses ~300 bytes per read
+# that fails, as `nbdkit --filter=error memory 16M error-rate=100%`
+# shows, and valgrind would count them against the plugin.)
 rc=0
-backup_nbdkit "$T" name=incr2 "${opts[@]}" \
-  --run "'$NBDCOPY' \"\$uri\" '$tmpdir/restored.img'" \
+NBDKIT_VALGRIND=0 backup_nbdkit "$T" name=incr2 "${opts[@]}" \
+  --run "'$NBDSH' -u \"\$uri\" -c 'h.pread(4096, $(( index * 2 * M )))'" \
   2>"$tmpdir/plugin.err" || rc=$?
 cat "$tmpdir/plugin.err"
 [ "$rc" -ne 0 ]
-grep -q "$T/$key: block .* is corrupt" "$tmpdir/plugin.err"
+grep -q "$T/$key: block $index (offset $(( index * 2 * M ))) of backup incr2 is corrupt" \
+  "$tmpdir/plugin.err"
 
 # A wrong secret and a missing bucket: exit 1 with the server's reason.
 rc=0

@@ -37,6 +37,10 @@ h.flush()"
 T=$DAV_URL/backups
 "$NBDREP" backup "$ctl" "$T" --name one
 [ "$(backups_get 'b["one"]["counts"]["uploaded_blocks"]' "$T")" -eq 4 ]
+# The manifest went up under a temporary name and was moved into place.
+grep -q '"MOVE /backups/volumes/[^ ]*/backups/one\.json\.partial-[0-9a-f]* ' \
+  "$tmpdir/dav/access.log"
+[ -z "$(find "$DAV_ROOT" -name '*.partial-*')" ]
 wait_leg_state 60 "$ctl" 1 uptodate
 
 $NBDSH -u "$c_uri" -c "

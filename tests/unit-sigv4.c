@@ -145,9 +145,10 @@ test_payloads (void)
 
   for (i = 0; i < sizeof payload_cases / sizeof payload_cases[0]; ++i) {
     const struct payload_case *c = &payload_cases[i];
-    char line[96];
-    bs_payload_header (c->payload, strlen (c->payload), line);
-    CHECKF (strcmp (line, c->header) == 0, "%s: got \"%s\"", c->what, line);
+    char line[96] = "";
+    int r = bs_payload_header (c->payload, strlen (c->payload), line);
+    CHECKF (r == 0 && strcmp (line, c->header) == 0, "%s: returned %d, got "
+            "\"%s\"", c->what, r, line);
   }
 }
 

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* The backup store: objects in S3 or on a WebDAV server, over libcurl.
  *
- * store.c      targets, options, credentials; one request done
- *              synchronously (thread-safe) or many in flight (bs_multi),
- *              with retries and backoff for transient failures
- * s3.c         S3: URLs, SigV4 through libcurl, ListObjectsV2, errors
- * dav.c        WebDAV: URLs, MKCOL of missing collections, PROPFIND
+ * store.c      targets, options; one request done synchronously
+ *              (thread-safe), with retries and backoff for transient
+ *              failures
+ * multi.c      many requests in flight on one thread (curl multi)
+ * s3.c         S3: credentials, URLs, SigV4 through libcurl,
+ *              ListObjectsV2, errors
+ * dav.c        WebDAV: URLs, MKCOL of missing collections, PROPFIND,
+ *              PUT then MOVE for objects that must appear whole
  * sigv4.c      the pure parts of S3 request construction (unit-tested)
  * xml.c        the little XML reading the two protocols need
  * block.c      blocks: SHA-256, zstd, all-zero detection
@@ -16,6 +19,10 @@
  * define it too) and name the object, the HTTP status and the server's
  * error code; functions then return -1 (or NULL).  Secrets never appear
  * in a message or a debug line.
+ *
+ * Threads: a store may be used by many threads at once for the
+ * synchronous requests (bs_get ... bs_list); a bs_multi, a hash set
+ * and a manifest belong to one thread (bs_multi_wakeup excepted).
  *
  * Store layout under the target's prefix (DESIGN: see manifest.c):
  *   volumes/VOLUME/backups/NAME.json        a manifest, written last
@@ -48,12 +55,12 @@ struct bs_buf {
 };
 extern void bs_buf_free (struct bs_buf *b);
 
-struct bs_config;
 struct bs_store;
 
 /* The help text of the store options (KEY=VALUE), for --help. */
 #define BS_OPTIONS_HELP \
-  "endpoint=URL        S3 endpoint (default https://s3.REGION.amazonaws.com)\n" \
+  "endpoint=URL        S3 endpoint (default\n" \
+  "                    https://s3.REGION.amazonaws.com)\n" \
   "region=REGION       S3 region (default $AWS_REGION or us-east-1)\n" \
   "addressing=path|virtual  S3 bucket in the path or the host name\n" \
   "credentials=FILE    S3: AWS credentials file; WebDAV: a netrc file\n" \
@@ -65,21 +72,17 @@ struct bs_store;
   "retries=N           retries of a transient failure (default 5)\n" \
   "timeout=SECS        one request's timeout (default 120)\n"
 
-/* Parse a target URL: s3://BUCKET[/PREFIX] or http(s)://HOST[/PATH].
- * NULL after an error.
- */
-extern struct bs_config *bs_config_new (const char *target);
 /* Is key one of the store options? */
 extern bool bs_config_is_key (const char *key);
-/* Set an option.  -1 after an error (bad value). */
-extern int bs_config_set (struct bs_config *cfg, const char *key,
-                          const char *value);
-extern void bs_config_free (struct bs_config *cfg);
-
-/* Open the store: read the credentials.  Takes cfg.  No request is
- * sent; bs_store_check does one.
+/* Is arg "KEY=VALUE" with a store option's KEY? */
+extern bool bs_is_option (const char *arg);
+/* Open the store target (s3://BUCKET[/PREFIX] or http(s)://HOST[/PATH])
+ * with the options opts[0..nopts), each "KEY=VALUE": parse them and
+ * read the credentials.  No request is sent; bs_store_check does one.
+ * NULL after an error.
  */
-extern struct bs_store *bs_store_open (struct bs_config *cfg);
+extern struct bs_store *bs_store_new (const char *target, size_t nopts,
+                                      char *const *opts);
 extern void bs_store_close (struct bs_store *s);
 /* Check that the store answers and accepts the credentials (a listing
  * of the prefix); its error says what is wrong (missing bucket, wrong
@@ -104,6 +107,12 @@ extern enum bs_result bs_get (struct bs_store *s, const char *key,
 /* PUT len bytes at key. */
 extern enum bs_result bs_put (struct bs_store *s, const char *key,
                               const void *data, size_t len);
+/* PUT an object no reader may ever see half-written (a manifest): S3
+ * shows an object only once its PUT is complete; on WebDAV it is PUT
+ * under a temporary name in the same collection and MOVEd into place.
+ */
+extern enum bs_result bs_put_atomic (struct bs_store *s, const char *key,
+                                     const void *data, size_t len);
 /* HEAD key: BS_OK if it exists. */
 extern enum bs_result bs_head (struct bs_store *s, const char *key);
 /* DELETE key (a missing key is BS_NOT_FOUND, not an error). */
@@ -148,14 +157,20 @@ extern int bs_multi_add (struct bs_multi *m, enum bs_method method,
                          bs_done_fn done, void *opaque);
 /* Requests queued or in flight. */
 extern size_t bs_multi_pending (const struct bs_multi *m);
-/* Wake a bs_multi_run sleeping in another thread. */
+/* Wake a bs_multi_run sleeping in another thread (thread-safe). */
 extern void bs_multi_wakeup (struct bs_multi *m);
 /* Run transfers for at most timeout_ms (less if one completes); calls
- * the done functions of the requests that finished.
+ * the done functions of the requests that finished.  -1 (message
+ * printed) if libcurl's multi interface fails: then the caller frees
+ * the multi, abandoning what is pending.
  */
-extern void bs_multi_run (struct bs_multi *m, int timeout_ms);
-/* Bytes sent by the finished PUTs so far. */
-extern uint64_t bs_multi_bytes_sent (const struct bs_multi *m);
+extern int bs_multi_run (struct bs_multi *m, int timeout_ms);
+/* Run transfers until at most max_pending requests are pending (0:
+ * until all are done).  -1 as bs_multi_run.
+ */
+extern int bs_multi_wait (struct bs_multi *m, size_t max_pending);
+/* Seconds on the monotonic clock. */
+extern double bs_now (void);
 
 /* ---- sigv4.c ----------------------------------------------------- */
 
@@ -183,11 +198,10 @@ extern char *bs_s3_url (const struct bs_s3_addr *a, const char *key,
                         const char *query);
 /* The Host header a request to a goes with. */
 extern char *bs_s3_host (const struct bs_s3_addr *a);
-/* SHA-256 of data in lower-case hex (65 bytes with the NUL). */
-extern void bs_sha256_hex (const void *data, size_t len, char hex[65]);
-/* The x-amz-content-sha256 header line of a payload. */
-extern void bs_payload_header (const void *data, size_t len,
-                               char line[96]);
+/* The x-amz-content-sha256 header line of a payload.  -1 (message
+ * printed) if OpenSSL fails.
+ */
+extern int bs_payload_header (const void *data, size_t len, char line[96]);
 /* CURLOPT_AWS_SIGV4's parameter for region. */
 extern char *bs_sigv4_provider (const char *region);
 
@@ -208,9 +222,8 @@ extern char *xml_text (const char *p, const char *end, const char *name);
 /* ---- block.c ----------------------------------------------------- */
 
 #define BS_HASH_LEN 32
-/* SHA-256 of a block. */
-extern void bs_hash (const void *data, size_t len,
-                     uint8_t hash[BS_HASH_LEN]);
+/* SHA-256 of a block.  -1 (message printed) if OpenSSL fails. */
+extern int bs_hash (const void *data, size_t len, uint8_t hash[BS_HASH_LEN]);
 extern void bs_hash_to_hex (const uint8_t hash[BS_HASH_LEN], char hex[65]);
 /* 0, or -1 if hex is not 64 hex digits. */
 extern int bs_hash_from_hex (const char *hex, uint8_t hash[BS_HASH_LEN]);

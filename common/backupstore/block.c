@@ -6,6 +6,10 @@
  * size.  Decoding checks both the size and the hash, so a stored block
  * that is damaged, truncated or another block's is never returned as
  * data.
+ *
+ * The functions are pure and thread-safe; a hash set (open addressing,
+ * at most half full) belongs to its caller, who locks it if it is
+ * shared (nbdrep backup does).
  */
 
 #include <config.h>
@@ -14,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <zstd.h>
 
@@ -23,13 +28,19 @@
 #define COMPRESSION_LEVEL 3
 
 /* SHA-256 of data. */
-void
+int
 bs_hash (const void *data, size_t len, uint8_t hash[BS_HASH_LEN])
 {
   unsigned int mdlen = BS_HASH_LEN;
+  char why[256];
 
-  if (EVP_Digest (data, len, hash, &mdlen, EVP_sha256 (), NULL) != 1)
-    abort ();                   /* only out of memory: nothing to do */
+  if (EVP_Digest (data, len, hash, &mdlen, EVP_sha256 (), NULL) != 1 ||
+      mdlen != BS_HASH_LEN) {
+    ERR_error_string_n (ERR_get_error (), why, sizeof why);
+    nbdkit_error ("OpenSSL: SHA-256: %s", why);
+    return -1;
+  }
+  return 0;
 }
 
 /* A hash in lower-case hex. */
@@ -46,31 +57,20 @@ bs_hash_to_hex (const uint8_t hash[BS_HASH_LEN], char hex[65])
   hex[64] = '\0';
 }
 
-/* The value of a hex digit, or -1. */
-static int
-hex_value (char c)
-{
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  return -1;
-}
-
-/* Parse 64 lower-case hex digits. */
+/* Parse 64 lower-case hex digits (the only spelling of a block's
+ * name, so that a block has one key).
+ */
 int
 bs_hash_from_hex (const char *hex, uint8_t hash[BS_HASH_LEN])
 {
   size_t i;
 
-  if (strlen (hex) != 2 * BS_HASH_LEN)
+  if (strlen (hex) != 2 * BS_HASH_LEN ||
+      strspn (hex, "0123456789abcdef") != 2 * BS_HASH_LEN)
     return -1;
-  for (i = 0; i < BS_HASH_LEN; ++i) {
-    int hi = hex_value (hex[2 * i]), lo = hex_value (hex[2 * i + 1]);
-    if (hi < 0 || lo < 0)
+  for (i = 0; i < BS_HASH_LEN; ++i)
+    if (sscanf (hex + 2 * i, "%2hhx", &hash[i]) != 1)
       return -1;
-    hash[i] = (uint8_t) (hi << 4 | lo);
-  }
   return 0;
 }
 
@@ -95,7 +95,7 @@ int
 bs_compress (const void *data, size_t len, void **out, size_t *outlen)
 {
   size_t cap = ZSTD_compressBound (len), r;
-  void *buf = malloc (cap);
+  void *buf = ZSTD_isError (cap) ? NULL : malloc (cap);
 
   if (buf == NULL) {
     nbdkit_error ("out of memory");
@@ -134,7 +134,10 @@ bs_decode (const void *comp, size_t complen, void *out, size_t len,
     *why = "zstd cannot decompress it (damaged or truncated)";
     return -1;
   }
-  bs_hash (out, len, got);
+  if (bs_hash (out, len, got) == -1) {
+    *why = "its SHA-256 cannot be computed";
+    return -1;
+  }
   if (memcmp (got, hash, BS_HASH_LEN) != 0) {
     *why = "its SHA-256 does not match its name";
     return -1;

@@ -17,6 +17,9 @@
  * clocks are compared) less than BS_LOCK_LIFETIME seconds before ours;
  * its holder rewrites it every BS_LOCK_REFRESH seconds, so a crashed
  * holder's lock expires by itself.
+ *
+ * Threads: as safe as the store's synchronous requests; a bs_lock
+ * belongs to the thread that took it.
  */
 
 #include <config.h>
@@ -226,7 +229,7 @@ lock_write (struct bs_lock *l)
 {
   if (bs_put (l->s, l->key, l->body, strlen (l->body)) != BS_OK)
     return -1;
-  l->written = now_mono ();
+  l->written = bs_now ();
   return 0;
 }
 
@@ -263,53 +266,79 @@ live_lock (const struct bs_list *locks, const char *other, time_t ours,
   return false;
 }
 
+/* A new lock of kind on volume, not written yet. */
+static struct bs_lock *
+lock_new (struct bs_store *s, const char *prefix, const char *kind)
+{
+  struct bs_lock *l = calloc (1, sizeof *l);
+  char host[256] = "?";
+
+  if (l == NULL) {
+    nbdkit_error ("out of memory");
+    return NULL;
+  }
+  l->s = s;
+  gethostname (host, sizeof host - 1);
+  if (asprintf (&l->key, "%s%s-%016" PRIx64 ".json", prefix, kind,
+                random_u64 ()) == -1)
+    l->key = NULL;
+  else if (asprintf (&l->body, "{\"kind\":\"%s\",\"host\":\"%s\","
+                     "\"pid\":%ld}\n", kind, host, (long) getpid ()) == -1)
+    l->body = NULL;
+  if (l->key == NULL || l->body == NULL) {
+    nbdkit_error ("out of memory");
+    lock_free (l);
+    return NULL;
+  }
+  return l;
+}
+
+/* Say which lock of kind other is in the way. */
+static void
+report_busy (struct bs_store *s, const char *volume, const char *prefix,
+             const char *other, const struct bs_entry *e)
+{
+  char when[32] = "?";
+  struct tm tm;
+
+  if (e->mtime && gmtime_r (&e->mtime, &tm))
+    strftime (when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  nbdkit_error ("volume %s in %s: a %s is running (lock %s%s written at "
+                "%s; a lock not rewritten for %d s is ignored)", volume,
+                bs_store_target (s), other, prefix, e->name, when,
+                BS_LOCK_LIFETIME);
+}
+
 /* Take a lock. */
 struct bs_lock *
 bs_lock_take (struct bs_store *s, const char *volume, const char *kind)
 {
   const char *other = strcmp (kind, "backup") == 0 ? "delete" : "backup";
   CLEANUP_FREE char *prefix = bs_key_locks (volume);
-  CLEANUP_FREE char *own = NULL;
-  struct bs_lock *l = calloc (1, sizeof *l);
   struct bs_list locks = { 0 };
   const struct bs_entry *e = NULL;
-  char host[256] = "?";
+  struct bs_lock *l;
   bool busy;
 
-  if (l == NULL || prefix == NULL) {
+  if (prefix == NULL) {
     nbdkit_error ("out of memory");
-    free (l);
     return NULL;
   }
-  l->s = s;
-  gethostname (host, sizeof host - 1);
-  if (asprintf (&own, "%s-%016" PRIx64 ".json", kind, random_u64 ()) == -1 ||
-      asprintf (&l->key, "%s%s", prefix, own) == -1 ||
-      asprintf (&l->body, "{\"kind\":\"%s\",\"host\":\"%s\",\"pid\":%ld}\n",
-                kind, host, (long) getpid ()) == -1) {
-    nbdkit_error ("out of memory");
-    free (l);
+  if ((l = lock_new (s, prefix, kind)) == NULL)
     return NULL;
-  }
   if (lock_write (l) == -1) {
     lock_free (l);
     return NULL;
   }
   if (bs_list (s, prefix, false, &locks) == -1) {
+    bs_list_free (&locks);
     bs_lock_release (l);
     return NULL;
   }
-  busy = live_lock (&locks, other, own_time (&locks, own), &e);
-  if (busy) {
-    char when[32] = "?";
-    struct tm tm;
-    if (e->mtime && gmtime_r (&e->mtime, &tm))
-      strftime (when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    nbdkit_error ("volume %s in %s: a %s is running (lock %s%s written at "
-                  "%s; a lock not rewritten for %d s is ignored)", volume,
-                  bs_store_target (s), other, prefix, e->name, when,
-                  BS_LOCK_LIFETIME);
-  }
+  busy = live_lock (&locks, other,
+                    own_time (&locks, l->key + strlen (prefix)), &e);
+  if (busy)
+    report_busy (s, volume, prefix, other, e);
   bs_list_free (&locks);
   if (busy) {
     bs_lock_release (l);
@@ -322,7 +351,7 @@ bs_lock_take (struct bs_store *s, const char *volume, const char *kind)
 int
 bs_lock_refresh (struct bs_lock *l)
 {
-  if (now_mono () - l->written < BS_LOCK_REFRESH)
+  if (bs_now () - l->written < BS_LOCK_REFRESH)
     return 0;
   return lock_write (l);
 }

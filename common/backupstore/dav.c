@@ -5,22 +5,34 @@
  * PUT, GET, HEAD and DELETE as in HTTP.  A PUT into a collection that
  * does not exist gets 409 Conflict (RFC 4918 9.7.1, Apache; nginx
  * without create_full_put_path says 500): the parents are then made
- * with MKCOL,
- * the nearest first and going up only while the server says 409, and
- * the PUT is tried again.  Listings are PROPFIND with Depth: 1 (servers
- * refuse Depth: infinity), walked collection by collection when a
- * whole tree is wanted; a collection that does not exist lists empty.
+ * with MKCOL, the nearest first and going up only while the server
+ * says 409, and the PUT is tried again.  Listings are PROPFIND with
+ * Depth: 1 (servers refuse Depth: infinity), walked collection by
+ * collection when a whole tree is wanted; a collection that does not
+ * exist lists empty.
  * credentials=FILE is a netrc file for servers that want a login.
+ *
+ * An object that must never be seen half-written (a manifest) is PUT
+ * under a temporary name beside its own (KEY.partial-RANDOM, which no
+ * listing takes for a backup) and MOVEd into place, since not every
+ * server writes a PUT atomically (nginx copies its temporary file into
+ * place when it is on another filesystem than the files).
+ *
+ * Nothing here keeps state between requests: the functions are as
+ * thread-safe as the store's synchronous requests.
  */
 
 #include <config.h>
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <curl/curl.h>
 
 #include "cleanup.h"
+#include "random.h"
 #include "internal.h"
 
 static const char propfind_body[] =
@@ -40,42 +52,31 @@ dav_url (struct bs_store *s, const char *key)
   return url;
 }
 
-/* The headers of a request: Depth for PROPFIND. */
+/* Add the headers of a request: Depth and the body's type for
+ * PROPFIND.
+ */
 int
-dav_headers (struct bs_store *s, struct bs_request *r)
+dav_add_headers (struct bs_store *s UNUSED, struct bs_request *r)
 {
-  struct curl_slist *h = NULL;
-
-  (void) s;
-  if (strcmp (r->verb, "PROPFIND") == 0) {
-    h = curl_slist_append (NULL, "Depth: 1");
-    if (h)
-      h = curl_slist_append (h, "Content-Type: application/xml");
-  }
-  else if (strcmp (r->verb, "PUT") == 0)
-    h = curl_slist_append (NULL, "Content-Type: application/octet-stream");
-  else
+  if (strcmp (r->verb, "PROPFIND") != 0)
     return 0;
-  if (h == NULL) {
-    nbdkit_error ("out of memory");
+  if (req_add_header (r, "Depth: 1") == -1 ||
+      req_add_header (r, "Content-Type: application/xml") == -1)
     return -1;
-  }
-  r->headers = h;
   return 0;
 }
 
-/* Login options of an easy handle: a netrc file. */
-int
+/* Set the login options of an easy handle: a netrc file. */
+CURLcode
 dav_setup (struct bs_store *s, CURL *easy)
 {
+  CURLcode c = CURLE_OK;
+
   if (s->cfg->credentials == NULL)
-    return 0;
-  if (curl_easy_setopt (easy, CURLOPT_NETRC_FILE, s->cfg->credentials)
-      != CURLE_OK ||
-      curl_easy_setopt (easy, CURLOPT_NETRC, (long) CURL_NETRC_REQUIRED)
-      != CURLE_OK)
-    return -1;
-  return 0;
+    return c;
+  SETOPT (c, easy, CURLOPT_NETRC_FILE, s->cfg->credentials);
+  SETOPT (c, easy, CURLOPT_NETRC, (long) CURL_NETRC_REQUIRED);
+  return c;
 }
 
 /* One MKCOL (405, it exists, is success; 409, its parent is missing,
@@ -238,6 +239,8 @@ list_one (struct bs_store *s, const char *prefix, const char *name_prefix,
   if (r == NULL)
     return -1;
   coll = strdup (r->url);
+  if (coll == NULL)
+    nbdkit_error ("out of memory");
   res = coll ? run_sync (r) : BS_ERROR;
   if (res == BS_OK)
     ret = parse_multistatus (&r->resp, url_path (coll), name_prefix, out,
@@ -259,10 +262,8 @@ dav_list (struct bs_store *s, const char *prefix, bool recursive,
   size_t i;
   int r;
 
-  if (!recursive) {
-    r = list_one (s, prefix, "", out, out);
-    return r;
-  }
+  if (!recursive)
+    return list_one (s, prefix, "", out, out);
   r = list_one (s, prefix, "", out, &dirs);
   /* dirs grows while it is walked: each subcollection's own
    * subcollections are appended to it.
@@ -271,6 +272,7 @@ dav_list (struct bs_store *s, const char *prefix, bool recursive,
     CLEANUP_FREE char *sub = NULL;
     if (asprintf (&sub, "%s%s", prefix, dirs.e[i].name) == -1) {
       sub = NULL;
+      nbdkit_error ("out of memory");
       r = -1;
       break;
     }
@@ -278,4 +280,57 @@ dav_list (struct bs_store *s, const char *prefix, bool recursive,
   }
   bs_list_free (&dirs);
   return r;
+}
+
+/* MOVE the object from to the key to (replacing what is there).  A
+ * MOVE retried after a lost reply finds its source gone: then the
+ * destination tells whether the first attempt went through.
+ */
+static enum bs_result
+dav_move (struct bs_store *s, const char *from, const char *to)
+{
+  struct bs_request *r = req_new (s, "MOVE", from, NULL, 0);
+  CLEANUP_FREE char *dest = dav_url (s, to), *line = NULL;
+  enum bs_result res = BS_ERROR;
+
+  if (r == NULL)
+    return BS_ERROR;
+  if (dest == NULL || asprintf (&line, "Destination: %s", dest) == -1) {
+    line = NULL;
+    nbdkit_error ("out of memory");
+  }
+  else if (req_add_header (r, line) == 0 &&
+           req_add_header (r, "Overwrite: T") == 0)
+    res = run_sync (r);
+  if (res == BS_NOT_FOUND && r->attempt > 1 && bs_head (s, to) == BS_OK)
+    res = BS_OK;
+  else if (res == BS_NOT_FOUND) {
+    nbdkit_error ("%s/%s: MOVE to %s: HTTP 404: the object is gone",
+                  s->cfg->target, from, to);
+    res = BS_ERROR;
+  }
+  req_free (r);
+  return res;
+}
+
+/* PUT under a temporary name, then MOVE into place. */
+enum bs_result
+dav_put_atomic (struct bs_store *s, const char *key, const void *data,
+                size_t len)
+{
+  CLEANUP_FREE char *tmp = NULL;
+  enum bs_result res;
+
+  if (asprintf (&tmp, "%s.partial-%016" PRIx64, key, random_u64 ()) == -1) {
+    tmp = NULL;
+    nbdkit_error ("out of memory");
+    return BS_ERROR;
+  }
+  res = bs_put (s, tmp, data, len);
+  if (res == BS_OK) {
+    res = dav_move (s, tmp, key);
+    if (res != BS_OK)
+      bs_delete (s, tmp);
+  }
+  return res;
 }

@@ -3,8 +3,11 @@
  *
  * A request is built once (URL, verb, headers, body) and can be run
  * several times: run_sync does it on a pooled easy handle, bs_multi
- * on its curl multi handle.  classify turns the outcome of one attempt
- * into done, not found, retry or fail.
+ * on its curl multi handle.  classify (store.c) turns the outcome of
+ * one attempt into done, not found, retry or fail.  A request belongs
+ * to one thread at a time; the store it points to is shared (its pool
+ * of easy handles is under the store's lock, the rest is read-only
+ * once the store is open).
  */
 
 #ifndef BACKUPSTORE_INTERNAL_H
@@ -47,11 +50,12 @@ struct bs_request {
   struct bs_store *s;
   char *key;                    /* relative to the target, for messages */
   char *url;
-  const char *verb;             /* GET PUT HEAD DELETE PROPFIND MKCOL */
+  const char *verb;             /* GET PUT HEAD DELETE PROPFIND MKCOL MOVE */
   const void *body;
   size_t body_len, body_off;
   struct curl_slist *headers;
   struct bs_buf resp;
+  bool resp_too_big;            /* the response passed MAX_BODY */
   unsigned attempt;             /* attempts made */
   bool made_parents;            /* WebDAV: MKCOL done once already */
   double not_before;            /* monotonic time of the next attempt */
@@ -64,19 +68,46 @@ struct bs_request {
 
 enum outcome { OUT_OK, OUT_NOT_FOUND, OUT_RETRY, OUT_FAIL, OUT_MKCOL };
 
+/* curl_easy_setopt unless an earlier one failed: *c keeps the first
+ * failure, so a run of options is checked once at its end.
+ */
+#define SETOPT(c, easy, opt, val) \
+  ((c) == CURLE_OK ? ((c) = curl_easy_setopt ((easy), (opt), (val))) : (c))
+
 /* store.c */
 extern struct bs_request *req_new (struct bs_store *s, const char *verb,
                                    const char *key, const void *body,
                                    size_t len);
 extern void req_free (struct bs_request *r);
+/* Add a header line to a request.  -1 (message printed) if out of
+ * memory.
+ */
+extern int req_add_header (struct bs_request *r, const char *line);
+/* An easy handle set up for the next attempt of r (also r->easy), or
+ * NULL (message printed).
+ */
+extern CURL *req_attach (struct bs_request *r);
+/* End an attempt of r with libcurl's result c: its outcome (a final
+ * failure is printed, a retry has its time in r->not_before), and the
+ * easy handle back to the pool.
+ */
+extern enum outcome req_detach (struct bs_request *r, CURLcode c);
+/* Run a request to the end on this thread. */
 extern enum bs_result run_sync (struct bs_request *r);
-extern int buf_append (struct bs_buf *b, const void *data, size_t len);
-extern double now_mono (void);
+/* Add an entry to a listing.  -1 if out of memory (nothing printed). */
+extern int list_add (struct bs_list *l, const char *name, time_t mtime,
+                     uint64_t size);
+/* Free a string that held a secret, wiping it first. */
+extern void secret_free (char *p);
 
 /* s3.c */
 extern char *s3_url (struct bs_store *s, const char *key);
-extern int s3_headers (struct bs_store *s, struct bs_request *r);
-extern int s3_setup (struct bs_store *s, CURL *easy);
+/* Add the headers of an S3 request (the payload hash, the session
+ * token).
+ */
+extern int s3_add_headers (struct bs_store *s, struct bs_request *r);
+/* Set the signing options of an easy handle. */
+extern CURLcode s3_setup (struct bs_store *s, CURL *easy);
 extern int s3_open (struct bs_store *s);
 extern int s3_list (struct bs_store *s, const char *prefix, bool recursive,
                     struct bs_list *out);
@@ -90,14 +121,15 @@ extern time_t parse_iso_time (const char *s);
 
 /* dav.c */
 extern char *dav_url (struct bs_store *s, const char *key);
-extern int dav_headers (struct bs_store *s, struct bs_request *r);
-extern int dav_setup (struct bs_store *s, CURL *easy);
+/* Add the headers of a WebDAV request (Depth of a PROPFIND). */
+extern int dav_add_headers (struct bs_store *s, struct bs_request *r);
+/* Set the login options of an easy handle. */
+extern CURLcode dav_setup (struct bs_store *s, CURL *easy);
 extern int dav_make_parents (struct bs_store *s, const char *key);
 extern int dav_list (struct bs_store *s, const char *prefix, bool recursive,
                      struct bs_list *out);
-
-/* catalog.c helpers used by the listing code */
-extern int list_add (struct bs_list *l, const char *name, time_t mtime,
-                     uint64_t size);
+/* PUT under a temporary name, then MOVE into place. */
+extern enum bs_result dav_put_atomic (struct bs_store *s, const char *key,
+                                      const void *data, size_t len);
 
 #endif /* BACKUPSTORE_INTERNAL_H */

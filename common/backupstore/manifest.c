@@ -35,6 +35,11 @@
  * "token" is the controller's name of the backup (backup-begin): the
  * next backup of the volume gives it back as its base, and the
  * controller then tells only what was written since.
+ *
+ * Decoding checks the format, the version, the block size (a power of
+ * two in [BS_MIN_BLOCK, BS_MAX_BLOCK]) and that the map has exactly
+ * one entry per block before it allocates anything of that size.  The
+ * functions are pure; a manifest belongs to one thread.
  */
 
 #include <config.h>
@@ -69,8 +74,7 @@ bs_valid_name (const char *s)
 }
 
 /* asprintf returning the string or NULL. */
-static char *
-key_printf (const char *fs, ...)
+static char *key_printf (const char *fs, ...)
   __attribute__ ((format (printf, 1, 2)));
 static char *
 key_printf (const char *fs, ...)
@@ -157,7 +161,7 @@ bs_manifest_new (const char *name, const char *volume, uint64_t size,
   m->volume = strdup (volume);
   m->size = size;
   m->block_size = block_size;
-  m->nr_blocks = (size + block_size - 1) / block_size;
+  m->nr_blocks = size / block_size + (size % block_size != 0);
   m->hashes = calloc (m->nr_blocks ? m->nr_blocks : 1, sizeof *m->hashes);
   m->zero = malloc (m->nr_blocks ? m->nr_blocks : 1);
   if (m->name == NULL || m->volume == NULL || m->hashes == NULL ||
@@ -283,33 +287,55 @@ bs_manifest_encode (const struct bs_manifest *m)
   return text;
 }
 
-/* A string field copied, or NULL if missing or null. */
+/* Copy the string field key into *out (NULL when it is missing or
+ * null and not required).
+ */
 static int
-get_string (const json_t *j, const char *key, char **out, bool required)
+get_string (const json_t *j, const char *key, char **out, bool required,
+            const char *what)
 {
   json_t *v = json_object_get (j, key);
 
   *out = NULL;
-  if (json_is_string (v))
-    *out = strdup (json_string_value (v));
-  else if (!required && (v == NULL || json_is_null (v)))
+  if (!required && (v == NULL || json_is_null (v)))
     return 0;
-  return *out ? 0 : -1;
+  if (!json_is_string (v)) {
+    nbdkit_error ("%s: \"%s\" is %s", what, key,
+                  v ? "not a string" : "missing");
+    return -1;
+  }
+  if ((*out = strdup (json_string_value (v))) == NULL) {
+    nbdkit_error ("out of memory");
+    return -1;
+  }
+  return 0;
 }
 
-/* Decode the block map into m. */
+/* Check that the block map a has one entry per block of a volume of
+ * size bytes (before anything of that size is allocated).
+ */
+static int
+check_blocks (const json_t *a, uint64_t size, uint32_t block_size,
+              const char *what)
+{
+  uint64_t nr_blocks = size / block_size + (size % block_size != 0);
+
+  if (!json_is_array (a) || json_array_size (a) != nr_blocks) {
+    nbdkit_error ("%s: \"blocks\" must have %" PRIu64 " entries (size %"
+                  PRIu64 ", block size %" PRIu32 ")", what, nr_blocks,
+                  size, block_size);
+    return -1;
+  }
+  return 0;
+}
+
+/* Decode the block map (checked by check_blocks) into m. */
 static int
 decode_blocks (struct bs_manifest *m, const json_t *a, const char *what)
 {
   json_t *v;
   size_t i;
 
-  if (!json_is_array (a) || json_array_size (a) != m->nr_blocks) {
-    nbdkit_error ("%s: \"blocks\" must have %" PRIu64 " entries (size %"
-                  PRIu64 ", block size %" PRIu32 ")", what, m->nr_blocks,
-                  m->size, m->block_size);
-    return -1;
-  }
   json_array_foreach (a, i, v) {
     if (json_is_null (v))
       continue;
@@ -339,6 +365,27 @@ decode_counts (struct bs_counts *c, const json_t *j)
     json_integer_value (json_object_get (o, "existing_blocks"));
 }
 
+/* Decode what follows the header into m. */
+static int
+decode_body (struct bs_manifest *m, const json_t *j, const char *what)
+{
+  CLEANUP_FREE char *created = NULL, *completed = NULL;
+
+  if (get_string (j, "consistency", &m->consistency, true, what) == -1 ||
+      get_string (j, "source", &m->source, false, what) == -1 ||
+      get_string (j, "base", &m->base, false, what) == -1 ||
+      get_string (j, "token", &m->token, false, what) == -1 ||
+      get_string (j, "created", &created, true, what) == -1 ||
+      get_string (j, "completed", &completed, false, what) == -1 ||
+      decode_blocks (m, json_object_get (j, "blocks"), what) == -1)
+    return -1;
+  m->created = parse_iso_time (created);
+  m->completed = completed ? parse_iso_time (completed) : m->created;
+  m->incremental = json_is_true (json_object_get (j, "incremental"));
+  decode_counts (&m->counts, j);
+  return 0;
+}
+
 /* Decode a manifest. */
 struct bs_manifest *
 bs_manifest_decode (const char *text, size_t len, const char *what)
@@ -348,7 +395,6 @@ bs_manifest_decode (const char *text, size_t len, const char *what)
   const char *format = NULL, *name, *volume;
   json_int_t version = 0, size = 0, bs = 0;
   struct bs_manifest *m = NULL;
-  CLEANUP_FREE char *created = NULL, *completed = NULL;
 
   if (j == NULL) {
     nbdkit_error ("%s: not JSON: %s (line %d)", what, err.text, err.line);
@@ -372,26 +418,14 @@ bs_manifest_decode (const char *text, size_t len, const char *what)
     nbdkit_error ("%s: bad size or block size", what);
     goto out;
   }
-  m = bs_manifest_new (name, volume, (uint64_t) size, (uint32_t) bs);
-  if (m == NULL)
+  if (check_blocks (json_object_get (j, "blocks"), (uint64_t) size,
+                    (uint32_t) bs, what) == -1)
     goto out;
-  if (get_string (j, "consistency", &m->consistency, true) == -1 ||
-      get_string (j, "source", &m->source, false) == -1 ||
-      get_string (j, "base", &m->base, false) == -1 ||
-      get_string (j, "token", &m->token, false) == -1 ||
-      get_string (j, "created", &created, true) == -1 ||
-      get_string (j, "completed", &completed, false) == -1 ||
-      decode_blocks (m, json_object_get (j, "blocks"), what) == -1) {
-    if (m->consistency == NULL || created == NULL)
-      nbdkit_error ("%s: no \"consistency\" or \"created\"", what);
+  m = bs_manifest_new (name, volume, (uint64_t) size, (uint32_t) bs);
+  if (m && decode_body (m, j, what) == -1) {
     bs_manifest_free (m);
     m = NULL;
-    goto out;
   }
-  m->created = parse_iso_time (created);
-  m->completed = completed ? parse_iso_time (completed) : m->created;
-  m->incremental = json_is_true (json_object_get (j, "incremental"));
-  decode_counts (&m->counts, j);
  out:
   json_decref (j);
   return m;

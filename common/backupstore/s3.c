@@ -61,7 +61,7 @@ take_credential (struct bs_store *s, const char *key, const char *value)
     field = &s->session_token;
   if (field == NULL)
     return 0;
-  free (*field);
+  secret_free (*field);
   *field = strdup (value);
   return *field ? 0 : -1;
 }
@@ -97,12 +97,14 @@ read_credentials_file (struct bs_store *s, const char *path,
       continue;
     *eq = '\0';
     if (take_credential (s, trim (l), trim (eq + 1)) == -1) {
+      explicit_bzero (line, cap);
       fclose (fp);
       nbdkit_error ("out of memory");
       return -1;
     }
   }
-  explicit_bzero (line, cap);
+  if (line)
+    explicit_bzero (line, cap);
   fclose (fp);
   if (s->access_key == NULL || s->secret_key == NULL) {
     nbdkit_error ("credentials file %s: profile [%s] has no "
@@ -281,45 +283,48 @@ s3_url (struct bs_store *s, const char *key)
   return bs_s3_url (&s->addr, k, NULL);
 }
 
-/* The headers of a request: the payload hash, the session token. */
-int
-s3_headers (struct bs_store *s, struct bs_request *r)
+/* Add the session token header. */
+static int
+add_token_header (struct bs_store *s, struct bs_request *r)
 {
-  char line[96];
-  CLEANUP_FREE char *token = NULL;
-  struct curl_slist *h;
+  char *line;
+  int ret;
 
-  bs_payload_header (r->body, r->body_len, line);
-  h = curl_slist_append (NULL, line);
-  if (h && s->session_token) {
-    if (asprintf (&token, "x-amz-security-token: %s", s->session_token)
-        == -1)
-      token = NULL;
-    h = token ? curl_slist_append (h, token) : NULL;
-  }
-  if (h && strcmp (r->verb, "PUT") == 0)
-    h = curl_slist_append (h, "Content-Type: application/octet-stream");
-  if (token)
-    explicit_bzero (token, strlen (token));
-  if (h == NULL) {
+  if (asprintf (&line, "x-amz-security-token: %s", s->session_token) == -1) {
     nbdkit_error ("out of memory");
     return -1;
   }
-  r->headers = h;
+  ret = req_add_header (r, line);
+  secret_free (line);
+  return ret;
+}
+
+/* Add the headers of a request: the payload hash, the session token. */
+int
+s3_add_headers (struct bs_store *s, struct bs_request *r)
+{
+  char line[96];
+
+  if (bs_payload_header (r->body, r->body_len, line) == -1 ||
+      req_add_header (r, line) == -1)
+    return -1;
+  if (s->session_token && add_token_header (s, r) == -1)
+    return -1;
   return 0;
 }
 
-/* Signing options of an easy handle. */
-int
+/* Set the signing options of an easy handle. */
+CURLcode
 s3_setup (struct bs_store *s, CURL *easy)
 {
+  CURLcode c = CURLE_OK;
+
   if (s->access_key == NULL)
-    return 0;
-  if (curl_easy_setopt (easy, CURLOPT_AWS_SIGV4, s->provider) != CURLE_OK ||
-      curl_easy_setopt (easy, CURLOPT_USERNAME, s->access_key) != CURLE_OK ||
-      curl_easy_setopt (easy, CURLOPT_PASSWORD, s->secret_key) != CURLE_OK)
-    return -1;
-  return 0;
+    return c;
+  SETOPT (c, easy, CURLOPT_AWS_SIGV4, s->provider);
+  SETOPT (c, easy, CURLOPT_USERNAME, s->access_key);
+  SETOPT (c, easy, CURLOPT_PASSWORD, s->secret_key);
+  return c;
 }
 
 /* The code and message of an S3 error body: "Code: Message". */
@@ -373,14 +378,14 @@ parse_list_page (const struct bs_buf *body, size_t skip,
       continue;
     if (list_add (out, key + skip, mtime ? parse_iso_time (mtime) : 0,
                   size ? strtoull (size, NULL, 10) : 0) == -1)
-      return -1;
+      goto oom;
   }
   p = body->data;
   while (xml_next (&p, end, "CommonPrefixes", &c, &len)) {
     CLEANUP_FREE char *prefix = xml_text (c, c + len, "Prefix");
     if (prefix && strlen (prefix) > skip &&
         list_add (out, prefix + skip, 0, 0) == -1)
-      return -1;
+      goto oom;
   }
   *token = NULL;
   if (truncated && strcmp (truncated, "true") == 0) {
@@ -391,6 +396,9 @@ parse_list_page (const struct bs_buf *body, size_t skip,
     }
   }
   return 0;
+ oom:
+  nbdkit_error ("out of memory");
+  return -1;
 }
 
 /* Fetch one page of a listing into out; sets *token for the next. */
@@ -422,6 +430,8 @@ list_page (struct bs_store *s, const char *prefix, const char *full,
     return -1;
   free (r->url);
   r->url = bs_s3_url (&s->addr, "", query);
+  if (r->url == NULL)
+    nbdkit_error ("out of memory");
   res = r->url ? run_sync (r) : BS_ERROR;
   free (*token);
   *token = NULL;

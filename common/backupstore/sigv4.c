@@ -146,24 +146,18 @@ bs_s3_host (const struct bs_s3_addr *a)
   return strdup (a->host);
 }
 
-/* SHA-256 in hex. */
-void
-bs_sha256_hex (const void *data, size_t len, char hex[65])
-{
-  uint8_t md[BS_HASH_LEN];
-
-  bs_hash (data, len, md);
-  bs_hash_to_hex (md, hex);
-}
-
 /* The payload hash header. */
-void
+int
 bs_payload_header (const void *data, size_t len, char line[96])
 {
+  uint8_t md[BS_HASH_LEN];
   char hex[65];
 
-  bs_sha256_hex (data, len, hex);
+  if (bs_hash (data, len, md) == -1)
+    return -1;
+  bs_hash_to_hex (md, hex);
   snprintf (line, 96, "x-amz-content-sha256: %s", hex);
+  return 0;
 }
 
 /* "aws:amz:REGION:s3". */

@@ -4,26 +4,32 @@
  * A target is s3://BUCKET[/PREFIX] or http(s)://HOST[/PATH] (WebDAV),
  * with options as KEY=VALUE (BS_OPTIONS_HELP).  Credentials are read
  * from the environment or a file when the store is opened, never from
- * the command line, and never printed.
+ * the command line, and never printed: they reach libcurl only as
+ * options of its handles (S3: CURLOPT_USERNAME and CURLOPT_PASSWORD;
+ * WebDAV: a netrc file), CURLOPT_VERBOSE is never set, and messages
+ * name objects by target and key, never by a URL with a login in it.
  *
  * Every request is retried with exponential backoff (0.5 s doubling,
- * at most 8 s between attempts, `retries` times) when the failure is
- * transient: HTTP 408, 429 and 5xx, a refused, reset or timed-out
- * connection.  Any other 4xx fails at once.  404 is "not found", not
- * an error, for GET, HEAD, DELETE and listings; the message of a
- * failure names the object, the verb, the HTTP status and the code the
- * server gave ("s3://b/p/volumes/...: PUT: HTTP 403
- * SignatureDoesNotMatch: ...").
+ * at most 8 s, each delay jittered between half and all of it, so that
+ * parallel transfers do not retry in step), `retries` times, when the
+ * failure is transient: HTTP 408, 429, 500, 502, 503, 504 (and S3's
+ * 400 RequestTimeout), a refused, reset or timed-out connection.  Any
+ * other failure is final at once.  404 is "not found", not an error,
+ * for GET, HEAD, DELETE and listings; the message of a failure names
+ * the object, the verb, the HTTP status and the code the server gave
+ * ("s3://b/p/volumes/...: PUT: HTTP 403 SignatureDoesNotMatch: ...").
  *
- * Easy handles are pooled (with their connections) under a mutex, so
- * the synchronous functions may be called from many threads at once;
- * a bs_multi belongs to the one thread that runs it.
+ * Easy handles are pooled (with their connections) under the store's
+ * lock, so the synchronous functions may be called from many threads
+ * at once; everything else in a store is read-only once it is open.
+ * multi.c runs many requests on one thread with the same attempts.
  */
 
 #include <config.h>
 
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,16 +39,18 @@
 #include <curl/curl.h>
 
 #include "cleanup.h"
+#include "random.h"
 #include "internal.h"
 
 #define DEFAULT_CONNECTIONS 8
 #define DEFAULT_RETRIES 5
 #define DEFAULT_TIMEOUT 120.0
+#define CONNECT_TIMEOUT_MS 10000L
 #define BACKOFF_FIRST 0.5
 #define BACKOFF_MAX 8.0
 #define MAX_BODY (1024 * 1024 * 1024)
 
-/* ---- buffers and lists ------------------------------------------- */
+/* ---- buffers, lists, secrets, the clock -------------------------- */
 
 /* Free a buffer's data. */
 void
@@ -53,16 +61,20 @@ bs_buf_free (struct bs_buf *b)
   b->len = b->cap = 0;
 }
 
-/* Append to a buffer, keeping a NUL after the data.  -1 if too big. */
-int
+/* Append to a buffer, keeping a NUL after the data.  -1 if it would
+ * pass MAX_BODY or memory is short.
+ */
+static int
 buf_append (struct bs_buf *b, const void *data, size_t len)
 {
+  if (len > MAX_BODY - b->len - 1)
+    return -1;
   if (b->len + len + 1 > b->cap) {
     size_t cap = b->cap ? b->cap : 4096;
     char *p;
     while (cap < b->len + len + 1)
       cap *= 2;
-    if (cap > MAX_BODY || (p = realloc (b->data, cap)) == NULL)
+    if ((p = realloc (b->data, cap)) == NULL)
       return -1;
     b->data = p;
     b->cap = cap;
@@ -107,9 +119,19 @@ bs_list_free (struct bs_list *l)
   l->n = l->cap = 0;
 }
 
+/* Wipe a secret before freeing it. */
+void
+secret_free (char *p)
+{
+  if (p) {
+    explicit_bzero (p, strlen (p));
+    free (p);
+  }
+}
+
 /* Monotonic seconds. */
 double
-now_mono (void)
+bs_now (void)
 {
   struct timespec ts;
 
@@ -124,16 +146,52 @@ static const char *const config_keys[] = {
   "insecure", "connections", "retries", "timeout",
 };
 
-/* Is key a store option? */
-bool
-bs_config_is_key (const char *key)
+/* Is [key, key + len) a store option? */
+static bool
+is_key (const char *key, size_t len)
 {
   size_t i;
 
   for (i = 0; i < sizeof config_keys / sizeof config_keys[0]; ++i)
-    if (strcmp (key, config_keys[i]) == 0)
+    if (strlen (config_keys[i]) == len &&
+        strncmp (key, config_keys[i], len) == 0)
       return true;
   return false;
+}
+
+/* Is key a store option? */
+bool
+bs_config_is_key (const char *key)
+{
+  return is_key (key, strlen (key));
+}
+
+/* Is arg KEY=VALUE with a store option's KEY? */
+bool
+bs_is_option (const char *arg)
+{
+  const char *eq = strchr (arg, '=');
+
+  return eq && is_key (arg, (size_t) (eq - arg));
+}
+
+/* Free a configuration. */
+static void
+config_free (struct bs_config *cfg)
+{
+  if (cfg == NULL)
+    return;
+  free (cfg->target);
+  free (cfg->bucket);
+  free (cfg->prefix);
+  free (cfg->base_url);
+  free (cfg->endpoint);
+  free (cfg->region);
+  free (cfg->addressing);
+  free (cfg->credentials);
+  free (cfg->profile);
+  free (cfg->cafile);
+  free (cfg);
 }
 
 /* Split "s3://bucket/prefix/" into bucket and prefix (no slashes at its
@@ -152,7 +210,7 @@ parse_s3_target (struct bs_config *cfg, const char *rest)
   plen = strlen (p);
   while (plen > 0 && p[plen - 1] == '/')
     plen--;
-  if (blen == 0 || blen > 63 ||
+  if (blen < 3 || blen > 63 ||
       strspn (rest, "abcdefghijklmnopqrstuvwxyz0123456789.-") < blen) {
     nbdkit_error ("s3://%.*s: not a bucket name (3 to 63 lower-case "
                   "letters, digits, dots and dashes)", (int) blen, rest);
@@ -179,24 +237,28 @@ parse_dav_target (struct bs_config *cfg, const char *target)
 
   if (strchr (target, '?') || strchr (target, '#') ||
       strcspn (host, "/@") == 0 || strchr (host, '@')) {
-    nbdkit_error ("%s: a WebDAV target is http(s)://HOST[:PORT][/PATH], "
+    nbdkit_error ("a WebDAV target is http(s)://HOST[:PORT][/PATH], "
                   "without user, query or fragment (credentials= names "
-                  "a netrc file)", target);
+                  "a netrc file)");
     return -1;
   }
   while (len > 0 && target[len - 1] == '/')
     len--;
-  if (asprintf (&cfg->base_url, "%.*s/", (int) len, target) == -1 ||
-      (cfg->target = strndup (target, len)) == NULL) {
+  if (asprintf (&cfg->base_url, "%.*s/", (int) len, target) == -1) {
+    cfg->base_url = NULL;
+    nbdkit_error ("out of memory");
+    return -1;
+  }
+  if ((cfg->target = strndup (target, len)) == NULL) {
     nbdkit_error ("out of memory");
     return -1;
   }
   return 0;
 }
 
-/* Parse a target. */
-struct bs_config *
-bs_config_new (const char *target)
+/* Parse a target into a new configuration with the default options. */
+static struct bs_config *
+config_new (const char *target)
 {
   struct bs_config *cfg = calloc (1, sizeof *cfg);
   int r;
@@ -219,11 +281,12 @@ bs_config_new (const char *target)
   }
   else {
     nbdkit_error ("%s: a target is s3://BUCKET[/PREFIX] or "
-                  "http(s)://HOST[/PATH] (WebDAV)", target);
+                  "http(s)://HOST[/PATH] (WebDAV)",
+                  strchr (target, '@') ? "the target" : target);
     r = -1;
   }
   if (r == -1) {
-    bs_config_free (cfg);
+    config_free (cfg);
     return NULL;
   }
   return cfg;
@@ -248,13 +311,89 @@ parse_unsigned (const char *key, const char *value, unsigned min,
   return 0;
 }
 
-/* Replace a string option. */
+/* Parse a number of seconds in (0, 1 day]. */
 static int
-set_string (char **field, const char *value)
+parse_seconds (const char *key, const char *value, double *out)
 {
-  char *v = strdup (value);
+  char *end;
+  double t = strtod (value, &end);
 
-  if (v == NULL) {
+  if (end == value || *end || !(t > 0 && t <= 86400)) {
+    nbdkit_error ("%s=%s: not a number of seconds", key, value);
+    return -1;
+  }
+  *out = t;
+  return 0;
+}
+
+/* Parse a boolean: true/false, yes/no, on/off, 1/0. */
+static int
+parse_bool (const char *key, const char *value, bool *out)
+{
+  static const char *const yes[] = { "true", "yes", "on", "1" };
+  static const char *const no[] = { "false", "no", "off", "0" };
+  size_t i;
+
+  for (i = 0; i < sizeof yes / sizeof yes[0]; ++i) {
+    if (strcasecmp (value, yes[i]) == 0) {
+      *out = true;
+      return 0;
+    }
+    if (strcasecmp (value, no[i]) == 0) {
+      *out = false;
+      return 0;
+    }
+  }
+  nbdkit_error ("%s=%s: not a boolean", key, value);
+  return -1;
+}
+
+/* The string field of option key, or NULL if it is not a string
+ * option.
+ */
+static char **
+string_field (struct bs_config *cfg, const char *key)
+{
+  static const struct { const char *key; size_t offset; } fields[] = {
+    { "endpoint", offsetof (struct bs_config, endpoint) },
+    { "region", offsetof (struct bs_config, region) },
+    { "addressing", offsetof (struct bs_config, addressing) },
+    { "credentials", offsetof (struct bs_config, credentials) },
+    { "profile", offsetof (struct bs_config, profile) },
+    { "cafile", offsetof (struct bs_config, cafile) },
+  };
+  size_t i;
+
+  for (i = 0; i < sizeof fields / sizeof fields[0]; ++i)
+    if (strcmp (key, fields[i].key) == 0)
+      return (char **) ((char *) cfg + fields[i].offset);
+  return NULL;
+}
+
+/* Set a string option (checking that it suits the target). */
+static int
+set_string (struct bs_config *cfg, const char *key, const char *value)
+{
+  char **field = string_field (cfg, key);
+  bool s3_only = strcmp (key, "endpoint") == 0 ||
+    strcmp (key, "region") == 0 || strcmp (key, "addressing") == 0 ||
+    strcmp (key, "profile") == 0;
+  char *v;
+
+  if (field == NULL) {
+    nbdkit_error ("unknown store option %s=", key);
+    return -1;
+  }
+  if (s3_only && cfg->kind == BS_DAV) {
+    nbdkit_error ("%s= is for s3:// targets, not for %s", key, cfg->target);
+    return -1;
+  }
+  if (strcmp (key, "addressing") == 0 && strcmp (value, "path") != 0 &&
+      strcmp (value, "virtual") != 0) {
+    nbdkit_error ("addressing=%s: must be path or virtual", value);
+    return -1;
+  }
+  if ((v = strdup (value)) == NULL) {
     nbdkit_error ("out of memory");
     return -1;
   }
@@ -263,81 +402,32 @@ set_string (char **field, const char *value)
   return 0;
 }
 
-/* Set an option. */
-int
-bs_config_set (struct bs_config *cfg, const char *key, const char *value)
+/* Set an option from "KEY=VALUE". */
+static int
+config_set (struct bs_config *cfg, const char *option)
 {
+  const char *eq = strchr (option, '=');
+  CLEANUP_FREE char *key = NULL;
+  const char *value;
+
+  if (eq == NULL) {
+    nbdkit_error ("%s: a store option is KEY=VALUE", option);
+    return -1;
+  }
+  if ((key = strndup (option, (size_t) (eq - option))) == NULL) {
+    nbdkit_error ("out of memory");
+    return -1;
+  }
+  value = eq + 1;
   if (strcmp (key, "connections") == 0)
     return parse_unsigned (key, value, 1, 64, &cfg->connections);
   if (strcmp (key, "retries") == 0)
     return parse_unsigned (key, value, 0, 20, &cfg->retries);
-  if (strcmp (key, "timeout") == 0) {
-    char *end;
-    double t = strtod (value, &end);
-    if (end == value || *end || !(t > 0 && t <= 86400)) {
-      nbdkit_error ("timeout=%s: not a number of seconds", value);
-      return -1;
-    }
-    cfg->timeout = t;
-    return 0;
-  }
-  if (strcmp (key, "insecure") == 0) {
-    if (strcasecmp (value, "true") == 0 || strcmp (value, "1") == 0 ||
-        strcasecmp (value, "yes") == 0 || strcasecmp (value, "on") == 0)
-      cfg->insecure = true;
-    else if (strcasecmp (value, "false") == 0 || strcmp (value, "0") == 0 ||
-             strcasecmp (value, "no") == 0 || strcasecmp (value, "off") == 0)
-      cfg->insecure = false;
-    else {
-      nbdkit_error ("insecure=%s: not a boolean", value);
-      return -1;
-    }
-    return 0;
-  }
-  if (strcmp (key, "addressing") == 0 && strcmp (value, "path") != 0 &&
-      strcmp (value, "virtual") != 0) {
-    nbdkit_error ("addressing=%s: must be path or virtual", value);
-    return -1;
-  }
-  if (cfg->kind == BS_DAV &&
-      (strcmp (key, "endpoint") == 0 || strcmp (key, "region") == 0 ||
-       strcmp (key, "addressing") == 0 || strcmp (key, "profile") == 0)) {
-    nbdkit_error ("%s= is for s3:// targets, not for %s", key, cfg->target);
-    return -1;
-  }
-  if (strcmp (key, "endpoint") == 0)
-    return set_string (&cfg->endpoint, value);
-  if (strcmp (key, "region") == 0)
-    return set_string (&cfg->region, value);
-  if (strcmp (key, "addressing") == 0)
-    return set_string (&cfg->addressing, value);
-  if (strcmp (key, "credentials") == 0)
-    return set_string (&cfg->credentials, value);
-  if (strcmp (key, "profile") == 0)
-    return set_string (&cfg->profile, value);
-  if (strcmp (key, "cafile") == 0)
-    return set_string (&cfg->cafile, value);
-  nbdkit_error ("unknown store option %s=", key);
-  return -1;
-}
-
-/* Free a configuration. */
-void
-bs_config_free (struct bs_config *cfg)
-{
-  if (cfg == NULL)
-    return;
-  free (cfg->target);
-  free (cfg->bucket);
-  free (cfg->prefix);
-  free (cfg->base_url);
-  free (cfg->endpoint);
-  free (cfg->region);
-  free (cfg->addressing);
-  free (cfg->credentials);
-  free (cfg->profile);
-  free (cfg->cafile);
-  free (cfg);
+  if (strcmp (key, "timeout") == 0)
+    return parse_seconds (key, value, &cfg->timeout);
+  if (strcmp (key, "insecure") == 0)
+    return parse_bool (key, value, &cfg->insecure);
+  return set_string (cfg, key, value);
 }
 
 /* ---- the store --------------------------------------------------- */
@@ -352,22 +442,22 @@ init_curl (void)
   curl_init_result = curl_global_init (CURL_GLOBAL_DEFAULT);
 }
 
-/* Open a store. */
-struct bs_store *
-bs_store_open (struct bs_config *cfg)
+/* Open a store on cfg (taken, freed on error). */
+static struct bs_store *
+store_open (struct bs_config *cfg)
 {
   struct bs_store *s;
 
   pthread_once (&curl_once, init_curl);
   if (curl_init_result != CURLE_OK) {
     nbdkit_error ("libcurl: %s", curl_easy_strerror (curl_init_result));
-    bs_config_free (cfg);
+    config_free (cfg);
     return NULL;
   }
   s = calloc (1, sizeof *s);
   if (s == NULL) {
     nbdkit_error ("out of memory");
-    bs_config_free (cfg);
+    config_free (cfg);
     return NULL;
   }
   s->cfg = cfg;
@@ -379,14 +469,21 @@ bs_store_open (struct bs_config *cfg)
   return s;
 }
 
-/* Wipe a secret before freeing it. */
-static void
-free_secret (char *p)
+/* Open a store from a target and its options. */
+struct bs_store *
+bs_store_new (const char *target, size_t nopts, char *const *opts)
 {
-  if (p) {
-    explicit_bzero (p, strlen (p));
-    free (p);
-  }
+  struct bs_config *cfg = config_new (target);
+  size_t i;
+
+  if (cfg == NULL)
+    return NULL;
+  for (i = 0; i < nopts; ++i)
+    if (config_set (cfg, opts[i]) == -1) {
+      config_free (cfg);
+      return NULL;
+    }
+  return store_open (cfg);
 }
 
 /* Close a store. */
@@ -403,11 +500,11 @@ bs_store_close (struct bs_store *s)
   pthread_mutex_destroy (&s->lock);
   free (s->scheme);
   free (s->host);
-  free_secret (s->access_key);
-  free_secret (s->secret_key);
-  free_secret (s->session_token);
+  secret_free (s->access_key);
+  secret_free (s->secret_key);
+  secret_free (s->session_token);
   free (s->provider);
-  bs_config_free (s->cfg);
+  config_free (s->cfg);
   free (s);
 }
 
@@ -480,6 +577,20 @@ pool_put (struct bs_store *s, CURL *easy)
 
 /* ---- requests ---------------------------------------------------- */
 
+/* Add a header line. */
+int
+req_add_header (struct bs_request *r, const char *line)
+{
+  struct curl_slist *h = curl_slist_append (r->headers, line);
+
+  if (h == NULL) {
+    nbdkit_error ("out of memory");
+    return -1;
+  }
+  r->headers = h;
+  return 0;
+}
+
 /* Build a request. */
 struct bs_request *
 req_new (struct bs_store *s, const char *verb, const char *key,
@@ -503,7 +614,9 @@ req_new (struct bs_store *s, const char *verb, const char *key,
     req_free (r);
     return NULL;
   }
-  h = s->cfg->kind == BS_S3 ? s3_headers (s, r) : dav_headers (s, r);
+  h = s->cfg->kind == BS_S3 ? s3_add_headers (s, r) : dav_add_headers (s, r);
+  if (h == 0 && strcmp (verb, "PUT") == 0)
+    h = req_add_header (r, "Content-Type: application/octet-stream");
   if (h == -1) {
     req_free (r);
     return NULL;
@@ -530,8 +643,10 @@ write_cb (char *ptr, size_t size, size_t nmemb, void *opaque)
 {
   struct bs_request *r = opaque;
 
-  if (buf_append (&r->resp, ptr, size * nmemb) == -1)
+  if (buf_append (&r->resp, ptr, size * nmemb) == -1) {
+    r->resp_too_big = true;
     return 0;
+  }
   return size * nmemb;
 }
 
@@ -561,51 +676,84 @@ seek_cb (void *opaque, curl_off_t offset, int origin)
   return CURL_SEEKFUNC_OK;
 }
 
-/* Set up an easy handle for one attempt of r.  -1 on error. */
-static int
-req_prepare (struct bs_request *r, CURL *easy)
+/* Set the body options of an upload (PUT, PROPFIND). */
+static CURLcode
+set_upload_options (struct bs_request *r, CURL *easy)
 {
-  struct bs_config *cfg = r->s->cfg;
-  bool upload = strcmp (r->verb, "PUT") == 0 ||
-    strcmp (r->verb, "PROPFIND") == 0;
+  CURLcode c = CURLE_OK;
+
+  SETOPT (c, easy, CURLOPT_UPLOAD, 1L);
+  SETOPT (c, easy, CURLOPT_READFUNCTION, read_cb);
+  SETOPT (c, easy, CURLOPT_READDATA, r);
+  SETOPT (c, easy, CURLOPT_SEEKFUNCTION, seek_cb);
+  SETOPT (c, easy, CURLOPT_SEEKDATA, r);
+  SETOPT (c, easy, CURLOPT_INFILESIZE_LARGE, (curl_off_t) r->body_len);
+  return c;
+}
+
+/* Set the options of one attempt of r on easy (reset first). */
+static CURLcode
+set_options (struct bs_request *r, CURL *easy)
+{
+  const struct bs_config *cfg = r->s->cfg;
+  CURLcode c = CURLE_OK;
 
   curl_easy_reset (easy);
-  r->easy = easy;
+  SETOPT (c, easy, CURLOPT_URL, r->url);
+  SETOPT (c, easy, CURLOPT_PROTOCOLS_STR, "http,https");
+  SETOPT (c, easy, CURLOPT_NOSIGNAL, 1L);
+  SETOPT (c, easy, CURLOPT_ERRORBUFFER, r->errbuf);
+  SETOPT (c, easy, CURLOPT_WRITEFUNCTION, write_cb);
+  SETOPT (c, easy, CURLOPT_WRITEDATA, r);
+  SETOPT (c, easy, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
+  SETOPT (c, easy, CURLOPT_TIMEOUT_MS, (long) (cfg->timeout * 1000));
+  SETOPT (c, easy, CURLOPT_HTTPHEADER, r->headers);
+  if (cfg->cafile)
+    SETOPT (c, easy, CURLOPT_CAINFO, cfg->cafile);
+  if (cfg->insecure) {
+    SETOPT (c, easy, CURLOPT_SSL_VERIFYPEER, 0L);
+    SETOPT (c, easy, CURLOPT_SSL_VERIFYHOST, 0L);
+  }
+  if (c == CURLE_OK && (strcmp (r->verb, "PUT") == 0 ||
+                        strcmp (r->verb, "PROPFIND") == 0))
+    c = set_upload_options (r, easy);
+  if (strcmp (r->verb, "HEAD") == 0)
+    SETOPT (c, easy, CURLOPT_NOBODY, 1L);
+  else if (strcmp (r->verb, "GET") != 0 && strcmp (r->verb, "PUT") != 0)
+    SETOPT (c, easy, CURLOPT_CUSTOMREQUEST, r->verb);
+  if (c == CURLE_OK)
+    c = r->s->cfg->kind == BS_S3 ? s3_setup (r->s, easy)
+      : dav_setup (r->s, easy);
+  return c;
+}
+
+/* An easy handle set up for the next attempt of r, or NULL (message
+ * printed).
+ */
+CURL *
+req_attach (struct bs_request *r)
+{
+  CURL *easy = pool_get (r->s);
+  CURLcode c;
+
+  if (easy == NULL) {
+    nbdkit_error ("%s/%s: %s: libcurl: cannot make a handle",
+                  r->s->cfg->target, r->key, r->verb);
+    return NULL;
+  }
   r->body_off = 0;
   r->errbuf[0] = '\0';
+  r->resp_too_big = false;
   bs_buf_free (&r->resp);
-  curl_easy_setopt (easy, CURLOPT_URL, r->url);
-  curl_easy_setopt (easy, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt (easy, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt (easy, CURLOPT_ERRORBUFFER, r->errbuf);
-  curl_easy_setopt (easy, CURLOPT_PRIVATE, r);
-  curl_easy_setopt (easy, CURLOPT_WRITEFUNCTION, write_cb);
-  curl_easy_setopt (easy, CURLOPT_WRITEDATA, r);
-  curl_easy_setopt (easy, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
-  curl_easy_setopt (easy, CURLOPT_TIMEOUT_MS, (long) (cfg->timeout * 1000));
-  curl_easy_setopt (easy, CURLOPT_HTTPHEADER, r->headers);
-  if (cfg->cafile)
-    curl_easy_setopt (easy, CURLOPT_CAINFO, cfg->cafile);
-  if (cfg->insecure) {
-    curl_easy_setopt (easy, CURLOPT_SSL_VERIFYPEER, 0L);
-    curl_easy_setopt (easy, CURLOPT_SSL_VERIFYHOST, 0L);
+  c = set_options (r, easy);
+  if (c != CURLE_OK) {
+    nbdkit_error ("%s/%s: %s: libcurl: %s", r->s->cfg->target, r->key,
+                  r->verb, curl_easy_strerror (c));
+    curl_easy_cleanup (easy);
+    return NULL;
   }
-  if (upload) {
-    curl_easy_setopt (easy, CURLOPT_UPLOAD, 1L);
-    curl_easy_setopt (easy, CURLOPT_READFUNCTION, read_cb);
-    curl_easy_setopt (easy, CURLOPT_READDATA, r);
-    curl_easy_setopt (easy, CURLOPT_SEEKFUNCTION, seek_cb);
-    curl_easy_setopt (easy, CURLOPT_SEEKDATA, r);
-    curl_easy_setopt (easy, CURLOPT_INFILESIZE_LARGE,
-                      (curl_off_t) r->body_len);
-  }
-  if (strcmp (r->verb, "HEAD") == 0)
-    curl_easy_setopt (easy, CURLOPT_NOBODY, 1L);
-  else if (strcmp (r->verb, "GET") != 0 && strcmp (r->verb, "PUT") != 0)
-    curl_easy_setopt (easy, CURLOPT_CUSTOMREQUEST, r->verb);
-  if (r->s->cfg->kind == BS_S3)
-    return s3_setup (r->s, easy);
-  return dav_setup (r->s, easy);
+  r->easy = easy;
+  return easy;
 }
 
 /* Is a libcurl failure worth another attempt? */
@@ -629,18 +777,32 @@ transient_curl_error (CURLcode c)
   }
 }
 
-/* Is an HTTP status worth another attempt? */
-static bool
-transient_status (long status)
+/* The S3 error code of a failed request ("" if none). */
+static void
+error_code (const struct bs_request *r, char *code, size_t len)
 {
-  return status == 408 || status == 429 || (status >= 500 && status <= 599);
+  code[0] = '\0';
+  if (r->s->cfg->kind == BS_S3)
+    s3_error_code (&r->resp, code, len);
 }
 
-/* The object a request is about, for messages: "TARGET/KEY". */
-static void
-object_name (const struct bs_request *r, char *buf, size_t len)
+/* Is an HTTP status (with the server's error code) worth another
+ * attempt?
+ */
+static bool
+transient_status (const struct bs_request *r, long status)
 {
-  snprintf (buf, len, "%s/%s", r->s->cfg->target, r->key);
+  char code[256];
+
+  switch (status) {
+  case 408: case 429: case 500: case 502: case 503: case 504:
+    return true;
+  case 400:
+    error_code (r, code, sizeof code);
+    return strncmp (code, "RequestTimeout", 14) == 0;
+  default:
+    return false;
+  }
 }
 
 /* What an error body says when it is not an S3 error: an HTML page's
@@ -670,29 +832,35 @@ static void
 describe_failure (const struct bs_request *r, CURLcode c, long status,
                   char *buf, size_t len)
 {
-  char code[256] = "";
+  char code[256];
 
-  if (c != CURLE_OK) {
+  if (c == CURLE_WRITE_ERROR && r->resp_too_big)
+    snprintf (buf, len, "the response is larger than %d MiB",
+              MAX_BODY / (1024 * 1024));
+  else if (c != CURLE_OK)
     snprintf (buf, len, "%s", r->errbuf[0] ? r->errbuf
               : curl_easy_strerror (c));
-    return;
+  else {
+    error_code (r, code, sizeof code);
+    if (code[0] == '\0')
+      body_summary (&r->resp, code, sizeof code);
+    snprintf (buf, len, "HTTP %ld%s%s", status, code[0] ? " " : "", code);
   }
-  if (r->s->cfg->kind == BS_S3)
-    s3_error_code (&r->resp, code, sizeof code);
-  if (code[0] == '\0')
-    body_summary (&r->resp, code, sizeof code);
-  snprintf (buf, len, "HTTP %ld%s%s", status, code[0] ? " " : "", code);
 }
 
-/* Seconds to wait before attempt n + 1 (n >= 1 attempts made). */
+/* Seconds to wait before attempt n + 1 (n >= 1 attempts made): the
+ * exponential backoff, jittered between half and all of it.
+ */
 static double
-backoff (unsigned n)
+retry_delay (unsigned n)
 {
   double d = BACKOFF_FIRST;
 
   while (--n > 0 && d < BACKOFF_MAX)
     d *= 2;
-  return d < BACKOFF_MAX ? d : BACKOFF_MAX;
+  if (d > BACKOFF_MAX)
+    d = BACKOFF_MAX;
+  return d / 2 + d / 2 * (double) (random_u64 () % 1024) / 1024.0;
 }
 
 /* Does a 404 of this request mean "not found" (rather than a missing
@@ -701,70 +869,101 @@ backoff (unsigned n)
 static bool
 is_not_found (const struct bs_request *r)
 {
-  char code[256] = "";
+  char code[256];
 
   if (strcmp (r->verb, "PUT") == 0)
     return false;
-  if (r->s->cfg->kind == BS_S3) {
-    s3_error_code (&r->resp, code, sizeof code);
-    if (strncmp (code, "NoSuchBucket", 12) == 0)
-      return false;
+  error_code (r, code, sizeof code);
+  return strncmp (code, "NoSuchBucket", 12) != 0;
+}
+
+/* Is this a WebDAV PUT into a missing collection, not yet helped with
+ * MKCOL?  409 (RFC 4918), or 500 from nginx (without
+ * create_full_put_path).
+ */
+static bool
+needs_parents (const struct bs_request *r, long status)
+{
+  return (status == 409 || status == 500) && r->s->cfg->kind == BS_DAV &&
+    strcmp (r->verb, "PUT") == 0 && !r->made_parents;
+}
+
+/* The outcome of an HTTP status (the transfer itself went through), or
+ * OUT_FAIL when it is a failure.
+ */
+static enum outcome
+status_outcome (struct bs_request *r, long status)
+{
+  bool mkcol = strcmp (r->verb, "MKCOL") == 0;
+
+  if (status >= 200 && status <= 299)
+    return OUT_OK;
+  if (mkcol && status == 405)
+    return OUT_OK;              /* the collection exists */
+  if (mkcol && status == 409)
+    return OUT_NOT_FOUND;       /* its parent does not */
+  if (status == 404 && is_not_found (r))
+    return OUT_NOT_FOUND;
+  if (needs_parents (r, status)) {
+    r->made_parents = true;
+    return OUT_MKCOL;
   }
-  return true;
+  return OUT_FAIL;
 }
 
 /* The outcome of one attempt; prints the error when it is final. */
 static enum outcome
 classify (struct bs_request *r, CURLcode c)
 {
-  char obj[1024], why[512];
+  char why[512];
   long status = 0;
+  enum outcome o;
+  bool transient;
+  double delay;
 
-  r->attempt++;
   if (c == CURLE_OK)
-    curl_easy_getinfo (r->easy, CURLINFO_RESPONSE_CODE, &status);
-  if (c == CURLE_OK && status >= 200 && status <= 299)
-    return OUT_OK;
-  if (c == CURLE_OK && strcmp (r->verb, "MKCOL") == 0 && status == 405)
-    return OUT_OK;              /* the collection exists */
-  if (c == CURLE_OK && strcmp (r->verb, "MKCOL") == 0 && status == 409)
-    return OUT_NOT_FOUND;       /* its parent does not */
-  if (c == CURLE_OK && status == 404 && is_not_found (r))
-    return OUT_NOT_FOUND;
-  /* A WebDAV PUT into a missing collection: 409 (RFC 4918), or 500
-   * from nginx (without create_full_put_path).  Make the collections
-   * once, then retry as usual.
-   */
-  if (c == CURLE_OK && (status == 409 || status == 500) &&
-      r->s->cfg->kind == BS_DAV && strcmp (r->verb, "PUT") == 0 &&
-      !r->made_parents) {
-    r->made_parents = true;
-    r->attempt--;
-    return OUT_MKCOL;
-  }
-  object_name (r, obj, sizeof obj);
+    c = curl_easy_getinfo (r->easy, CURLINFO_RESPONSE_CODE, &status);
+  o = c == CURLE_OK ? status_outcome (r, status) : OUT_FAIL;
+  if (o == OUT_MKCOL)
+    return o;                   /* not an attempt of its own */
+  r->attempt++;
+  if (o != OUT_FAIL)
+    return o;
   describe_failure (r, c, status, why, sizeof why);
-  if ((c != CURLE_OK ? transient_curl_error (c) : transient_status (status))
-      && r->attempt <= r->s->cfg->retries) {
-    nbdkit_debug ("%s: %s: %s; retrying in %g s (attempt %u of %u)", obj,
-                  r->verb, why, backoff (r->attempt), r->attempt + 1,
-                  r->s->cfg->retries + 1);
-    r->not_before = now_mono () + backoff (r->attempt);
+  transient = c != CURLE_OK ? transient_curl_error (c)
+    : transient_status (r, status);
+  if (transient && r->attempt <= r->s->cfg->retries) {
+    delay = retry_delay (r->attempt);
+    nbdkit_debug ("%s/%s: %s: %s; retrying in %.1f s (attempt %u of %u)",
+                  r->s->cfg->target, r->key, r->verb, why, delay,
+                  r->attempt + 1, r->s->cfg->retries + 1);
+    r->not_before = bs_now () + delay;
     return OUT_RETRY;
   }
   if (r->attempt > 1)
-    nbdkit_error ("%s: %s: %s (gave up after %u attempts)", obj, r->verb,
-                  why, r->attempt);
+    nbdkit_error ("%s/%s: %s: %s (gave up after %u attempts)",
+                  r->s->cfg->target, r->key, r->verb, why, r->attempt);
   else
-    nbdkit_error ("%s: %s: %s", obj, r->verb, why);
+    nbdkit_error ("%s/%s: %s: %s", r->s->cfg->target, r->key, r->verb, why);
   return OUT_FAIL;
+}
+
+/* End an attempt: its outcome, and the easy handle back to the pool. */
+enum outcome
+req_detach (struct bs_request *r, CURLcode c)
+{
+  enum outcome o = classify (r, c);
+
+  pool_put (r->s, r->easy);
+  r->easy = NULL;
+  return o;
 }
 
 /* Sleep until the monotonic time t. */
 static void
 sleep_until (double t)
 {
-  double d = t - now_mono ();
+  double d = t - bs_now ();
   struct timespec ts;
 
   if (d <= 0)
@@ -780,21 +979,11 @@ enum bs_result
 run_sync (struct bs_request *r)
 {
   for (;;) {
-    CURL *easy = pool_get (r->s);
-    enum outcome o;
-    CURLcode c;
+    CURL *easy = req_attach (r);
 
-    if (easy == NULL || req_prepare (r, easy) == -1) {
-      nbdkit_error ("cannot set up a libcurl handle");
-      if (easy)
-        curl_easy_cleanup (easy);
+    if (easy == NULL)
       return BS_ERROR;
-    }
-    c = curl_easy_perform (easy);
-    o = classify (r, c);
-    pool_put (r->s, easy);
-    r->easy = NULL;
-    switch (o) {
+    switch (req_detach (r, curl_easy_perform (easy))) {
     case OUT_OK:
       return BS_OK;
     case OUT_NOT_FOUND:
@@ -846,6 +1035,16 @@ bs_put (struct bs_store *s, const char *key, const void *data, size_t len)
   return simple (s, "PUT", key, data, len, NULL);
 }
 
+/* PUT that never shows a partial object. */
+enum bs_result
+bs_put_atomic (struct bs_store *s, const char *key, const void *data,
+               size_t len)
+{
+  if (s->cfg->kind == BS_S3)
+    return bs_put (s, key, data, len);
+  return dav_put_atomic (s, key, data, len);
+}
+
 /* HEAD. */
 enum bs_result
 bs_head (struct bs_store *s, const char *key)
@@ -858,228 +1057,4 @@ enum bs_result
 bs_delete (struct bs_store *s, const char *key)
 {
   return simple (s, "DELETE", key, NULL, 0, NULL);
-}
-
-/* ---- many requests in flight ------------------------------------- */
-
-struct bs_multi {
-  struct bs_store *s;
-  CURLM *cm;
-  struct bs_request *queue, *queue_tail;  /* waiting to start, FIFO */
-  struct bs_request **active;   /* in flight: connections slots */
-  size_t running, queued;
-  uint64_t bytes_sent;
-};
-
-/* A new multi. */
-struct bs_multi *
-bs_multi_new (struct bs_store *s)
-{
-  struct bs_multi *m = calloc (1, sizeof *m);
-
-  if (m == NULL || (m->cm = curl_multi_init ()) == NULL) {
-    nbdkit_error ("out of memory");
-    free (m);
-    return NULL;
-  }
-  m->s = s;
-  m->active = calloc (s->cfg->connections, sizeof *m->active);
-  if (m->active == NULL) {
-    nbdkit_error ("out of memory");
-    bs_multi_free (m);
-    return NULL;
-  }
-  curl_multi_setopt (m->cm, CURLMOPT_MAX_TOTAL_CONNECTIONS,
-                     (long) s->cfg->connections);
-  return m;
-}
-
-/* Free a multi and what it has not finished. */
-void
-bs_multi_free (struct bs_multi *m)
-{
-  struct bs_request *r;
-  size_t i;
-
-  if (m == NULL)
-    return;
-  for (i = 0; m->active && i < m->s->cfg->connections; ++i)
-    if ((r = m->active[i]) != NULL) {
-      curl_multi_remove_handle (m->cm, r->easy);
-      curl_easy_cleanup (r->easy);
-      req_free (r);
-    }
-  while ((r = m->queue) != NULL) {
-    m->queue = r->next;
-    req_free (r);
-  }
-  if (m->cm)
-    curl_multi_cleanup (m->cm);
-  free (m->active);
-  free (m);
-}
-
-/* Record r in a free slot of the active table. */
-static void
-set_active (struct bs_multi *m, struct bs_request *r, bool on)
-{
-  size_t i;
-
-  for (i = 0; i < m->s->cfg->connections; ++i)
-    if (m->active[i] == (on ? NULL : r)) {
-      m->active[i] = on ? r : NULL;
-      return;
-    }
-}
-
-/* Wake bs_multi_run. */
-void
-bs_multi_wakeup (struct bs_multi *m)
-{
-  curl_multi_wakeup (m->cm);
-}
-
-/* Append a request to the waiting queue. */
-static void
-enqueue (struct bs_multi *m, struct bs_request *r)
-{
-  r->next = NULL;
-  if (m->queue_tail)
-    m->queue_tail->next = r;
-  else
-    m->queue = r;
-  m->queue_tail = r;
-  m->queued++;
-}
-
-/* Queue a request. */
-int
-bs_multi_add (struct bs_multi *m, enum bs_method method, const char *key,
-              const void *data, size_t len, bs_done_fn done, void *opaque)
-{
-  static const char *const verbs[] = { "GET", "PUT", "HEAD", "DELETE" };
-  struct bs_request *r = req_new (m->s, verbs[method], key, data, len);
-
-  if (r == NULL)
-    return -1;
-  r->done = done;
-  r->opaque = opaque;
-  enqueue (m, r);
-  return 0;
-}
-
-/* Requests not finished. */
-size_t
-bs_multi_pending (const struct bs_multi *m)
-{
-  return m->running + m->queued;
-}
-
-/* Bytes of finished uploads. */
-uint64_t
-bs_multi_bytes_sent (const struct bs_multi *m)
-{
-  return m->bytes_sent;
-}
-
-/* Finish a request: call its done function and free it. */
-static void
-finish (struct bs_multi *m, struct bs_request *r, enum bs_result res)
-{
-  if (res == BS_OK && strcmp (r->verb, "PUT") == 0)
-    m->bytes_sent += r->body_len;
-  r->done (r->opaque, res, &r->resp);
-  req_free (r);
-}
-
-/* Start the queued requests that are due, up to the connection limit;
- * returns the milliseconds until the next one is due (or -1).
- */
-static int
-start_due (struct bs_multi *m)
-{
-  struct bs_request **pp = &m->queue, *r, *prev = NULL;
-  double now = now_mono (), next = -1;
-
-  while ((r = *pp) != NULL && m->running < m->s->cfg->connections) {
-    CURL *easy;
-    if (r->not_before > now) {
-      if (next < 0 || r->not_before < next)
-        next = r->not_before;
-      prev = r;
-      pp = &r->next;
-      continue;
-    }
-    *pp = r->next;
-    if (m->queue_tail == r)
-      m->queue_tail = prev;
-    m->queued--;
-    easy = pool_get (m->s);
-    if (easy == NULL || req_prepare (r, easy) == -1 ||
-        curl_multi_add_handle (m->cm, easy) != CURLM_OK) {
-      nbdkit_error ("cannot set up a libcurl handle");
-      if (easy)
-        curl_easy_cleanup (easy);
-      finish (m, r, BS_ERROR);
-      continue;
-    }
-    set_active (m, r, true);
-    m->running++;
-  }
-  return next < 0 ? -1 : (int) ((next - now) * 1000) + 1;
-}
-
-/* Deal with a transfer that completed. */
-static void
-completed (struct bs_multi *m, CURL *easy, CURLcode c)
-{
-  struct bs_request *r;
-  enum outcome o;
-
-  curl_easy_getinfo (easy, CURLINFO_PRIVATE, (char **) &r);
-  curl_multi_remove_handle (m->cm, easy);
-  set_active (m, r, false);
-  m->running--;
-  o = classify (r, c);
-  pool_put (m->s, easy);
-  r->easy = NULL;
-  switch (o) {
-  case OUT_OK:
-    finish (m, r, BS_OK);
-    break;
-  case OUT_NOT_FOUND:
-    finish (m, r, BS_NOT_FOUND);
-    break;
-  case OUT_FAIL:
-    finish (m, r, BS_ERROR);
-    break;
-  case OUT_MKCOL:
-    if (dav_make_parents (m->s, r->key) == -1) {
-      finish (m, r, BS_ERROR);
-      break;
-    }
-    /* fall through */
-  case OUT_RETRY:
-    enqueue (m, r);
-    break;
-  }
-}
-
-/* Run for a while. */
-void
-bs_multi_run (struct bs_multi *m, int timeout_ms)
-{
-  int still, next, msgs;
-  CURLMsg *msg;
-
-  next = start_due (m);
-  if (next >= 0 && next < timeout_ms)
-    timeout_ms = next;
-  curl_multi_perform (m->cm, &still);
-  curl_multi_poll (m->cm, NULL, 0, timeout_ms, NULL);
-  curl_multi_perform (m->cm, &still);
-  while ((msg = curl_multi_info_read (m->cm, &msgs)) != NULL)
-    if (msg->msg == CURLMSG_DONE)
-      completed (m, msg->easy_handle, msg->data.result);
-  start_due (m);
 }

@@ -7,7 +7,9 @@
  * any namespace prefix ("D:href", "href"), and its end tag; comments,
  * CDATA and DTDs are not handled (no server sends them here).  Text is
  * returned with the five predefined entities and numeric character
- * references decoded.
+ * references decoded.  Pure functions, thread-safe.  The text must
+ * have a NUL at or after end (response bodies do: struct bs_buf):
+ * numeric references are parsed with strtoul, which stops there.
  */
 
 #include <config.h>

@@ -8,13 +8,16 @@
  * blocks are not stored: they read as zeroes and are reported as holes
  * that read as zeroes, so nbdcopy and qemu-img stay sparse.
  *
- * Threads: the PARALLEL model.  The cache is one array of slots under
- * one mutex.  A slot is EMPTY, LOADING (one thread fetches it without
- * the lock; others that want the same block wait on the condition
- * variable) or READY; data is copied out under the lock.  A failed
- * fetch empties its slot again, so the next read retries; the store
- * itself retries transient failures.  Eviction takes the least
- * recently used slot that is not LOADING.
+ * Threads: the PARALLEL model.  The store is safe for concurrent
+ * synchronous requests (each on its own pooled curl easy handle).  The
+ * cache is one array of slots under cache_lock.  A slot is EMPTY,
+ * LOADING (one thread fetches it without the lock; others that want
+ * the same block wait on cache_cond) or READY; data is copied out
+ * under the lock, and a slot's data is replaced only by the thread
+ * that loaded it, under the lock.  A failed fetch empties its slot
+ * again, so the next read retries; the store itself retries transient
+ * failures.  Eviction takes the least recently used slot that is not
+ * LOADING.  The manifest is read-only after get_ready.
  */
 
 #include <config.h>
@@ -50,7 +53,7 @@ struct slot {
 /* Parameters. */
 static char *target, *name, *volume;
 static int64_t cache_size = DEFAULT_CACHE;
-static char **store_keys, **store_values;   /* store options, in order */
+static char **store_options;    /* "KEY=VALUE", in order */
 static size_t nr_store_options;
 
 /* After get_ready. */
@@ -73,12 +76,9 @@ backup_unload (void)
   for (i = 0; i < nr_slots; ++i)
     free (slots[i].data);
   free (slots);
-  for (i = 0; i < nr_store_options; ++i) {
-    free (store_keys[i]);
-    free (store_values[i]);
-  }
-  free (store_keys);
-  free (store_values);
+  for (i = 0; i < nr_store_options; ++i)
+    free (store_options[i]);
+  free (store_options);
   bs_manifest_free (manifest);
   bs_store_close (store);
   free (target);
@@ -86,29 +86,25 @@ backup_unload (void)
   free (volume);
 }
 
-/* Remember a store option for config_complete. */
+/* Remember a store option for config_complete (the target may come
+ * after it).
+ */
 static int
 add_store_option (const char *key, const char *value)
 {
-  char **k = realloc (store_keys, (nr_store_options + 1) * sizeof *k);
-  char **v;
+  char **p = realloc (store_options, (nr_store_options + 1) * sizeof *p);
 
-  if (k == NULL)
-    goto oom;
-  store_keys = k;
-  v = realloc (store_values, (nr_store_options + 1) * sizeof *v);
-  if (v == NULL)
-    goto oom;
-  store_values = v;
-  k[nr_store_options] = strdup (key);
-  v[nr_store_options] = strdup (value);
+  if (p == NULL) {
+    nbdkit_error ("out of memory");
+    return -1;
+  }
+  store_options = p;
+  if (asprintf (&p[nr_store_options], "%s=%s", key, value) == -1) {
+    nbdkit_error ("out of memory");
+    return -1;
+  }
   nr_store_options++;
-  if (k[nr_store_options - 1] == NULL || v[nr_store_options - 1] == NULL)
-    goto oom;
   return 0;
- oom:
-  nbdkit_error ("out of memory");
-  return -1;
 }
 
 /* Replace a string parameter, refusing a repeated one. */
@@ -147,13 +143,10 @@ backup_config (const char *key, const char *value)
   return -1;
 }
 
-/* Check the parameters and build the store's configuration. */
+/* Check the parameters and open the store (no request yet). */
 static int
 backup_config_complete (void)
 {
-  struct bs_config *cfg;
-  size_t i;
-
   if (target == NULL || name == NULL) {
     nbdkit_error ("the target (s3://BUCKET/PREFIX or http(s)://URL) and "
                   "name=NAME are required");
@@ -164,15 +157,7 @@ backup_config_complete (void)
                   "'-' (not first), at most 128");
     return -1;
   }
-  cfg = bs_config_new (target);
-  if (cfg == NULL)
-    return -1;
-  for (i = 0; i < nr_store_options; ++i)
-    if (bs_config_set (cfg, store_keys[i], store_values[i]) == -1) {
-      bs_config_free (cfg);
-      return -1;
-    }
-  store = bs_store_open (cfg);
+  store = bs_store_new (target, nr_store_options, store_options);
   return store ? 0 : -1;
 }
 
@@ -318,43 +303,87 @@ victim_slot (void)
   return v;
 }
 
+/* The slot for block i (cache_lock held): the READY slot that holds
+ * it (*load false), or a slot now LOADING it for the caller to fetch
+ * (*load true).  Waits while another thread loads block i, or while
+ * every slot is loading.
+ */
+static struct slot *
+claim_slot (uint64_t i, bool *load)
+{
+  struct slot *slot;
+
+  for (;;) {
+    slot = find_slot (i);
+    if (slot && slot->state == SLOT_READY) {
+      *load = false;
+      return slot;
+    }
+    if (slot == NULL && (slot = victim_slot ()) != NULL) {
+      slot->state = SLOT_LOADING;
+      slot->block = i;
+      *load = true;
+      return slot;
+    }
+    pthread_cond_wait (&cache_cond, &cache_lock);
+  }
+}
+
+/* Give a LOADING slot what was fetched (NULL: the fetch failed, the
+ * slot is empty again) and wake the waiters (cache_lock held).
+ */
+static void
+fill_slot (struct slot *slot, char *data)
+{
+  pthread_cond_broadcast (&cache_cond);
+  if (data == NULL) {
+    slot->state = SLOT_EMPTY;
+    return;
+  }
+  free (slot->data);
+  slot->data = data;
+  slot->state = SLOT_READY;
+}
+
+/* Copy len bytes at offset off of a READY slot into buf (cache_lock
+ * held).
+ */
+static void
+copy_out (struct slot *slot, uint32_t off, uint32_t len, char *buf)
+{
+  memcpy (buf, slot->data + off, len);
+  slot->used = ++tick;
+}
+
 /* Copy len bytes at offset off of block i into buf, through the
  * cache.
  */
 static int
 read_block (uint64_t i, uint32_t off, uint32_t len, char *buf)
 {
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&cache_lock);
   struct slot *slot;
+  bool load;
   char *data;
 
-  for (;;) {
-    slot = find_slot (i);
-    if (slot && slot->state == SLOT_READY) {
-      memcpy (buf, slot->data + off, len);
-      slot->used = ++tick;
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&cache_lock);
+    slot = claim_slot (i, &load);
+    if (!load) {
+      copy_out (slot, off, len, buf);
       return 0;
     }
-    if (slot == NULL && (slot = victim_slot ()) != NULL)
-      break;
-    pthread_cond_wait (&cache_cond, &cache_lock);
   }
-  slot->state = SLOT_LOADING;
-  slot->block = i;
-  pthread_mutex_unlock (&cache_lock);
   data = fetch_block (i);
-  pthread_mutex_lock (&cache_lock);
-  pthread_cond_broadcast (&cache_cond);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&cache_lock);
+    fill_slot (slot, data);
+    if (data)
+      copy_out (slot, off, len, buf);
+  }
   if (data == NULL) {
-    slot->state = SLOT_EMPTY;
     errno = EIO;
     return -1;
   }
-  free (slot->data);
-  slot->data = data;
-  slot->state = SLOT_READY;
-  slot->used = ++tick;
-  memcpy (buf, data + off, len);
   return 0;
 }
 
