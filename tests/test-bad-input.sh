@@ -37,7 +37,8 @@ failed_cases=()
 # How long a refused start may take.  Under a sanitizer runtime nbdkit
 # can hang in exit() after refusing (see _unloaded_but_stuck in
 # functions.sh): the refusal is then judged by its message, and the
-# timeout ends the process.
+# timeout ends the process (SIGKILL 5 s after the SIGTERM, which a
+# process stuck in exit() no longer acts on).
 refuse_timeout=60
 if [ "$SANITIZER" != no ]; then
   refuse_timeout=10
@@ -67,7 +68,7 @@ refuse ()
   if [ "${REFUSE_FOREGROUND:-0}" = 1 ]; then
     run=(-f)
   fi
-  timeout "$refuse_timeout" "${nbdkit_cmd[@]}" -U "$tmpdir/refused.sock" "$@" \
+  timeout -k 5 "$refuse_timeout" "${nbdkit_cmd[@]}" -U "$tmpdir/refused.sock" "$@" \
     "${run[@]}" </dev/null >"$log" 2>&1 || rc=$?
   cat "$log"
   if [ "$rc" -eq 0 ] || [ -e "$tmpdir/served" ]; then

@@ -122,6 +122,8 @@ volume_add_leg (struct volume *v, const char *uri, char *err, size_t errlen)
   if (verdict == V_REFUSE || verdict == V_UNREACHABLE) {
     leg_close (l);
     free (l->owned_uri);
+    free (l->sb_buf);           /* examining it may have allocated them */
+    free (l->al_buf);
     pthread_mutex_destroy (&l->conns_lock);
     memset (l, 0, sizeof *l);
     return -1;
