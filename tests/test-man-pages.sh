@@ -20,8 +20,9 @@ filter_pod=$abs_top_srcdir/filters/replicate/nbdkit-replicate-filter.pod
 params_h=$abs_top_srcdir/common/replication/params.h
 
 # Every .pod of the tree, not those of the sanitizer builds' copies
-# (quickstart makes them under _build-*) or of git's metadata.
-mapfile -t pods < <(find "$abs_top_srcdir" \
+# (quickstart makes them under _build-*) or of git's metadata.  The
+# tree itself may be such a copy: -mindepth 1 keeps the prune off it.
+mapfile -t pods < <(find "$abs_top_srcdir" -mindepth 1 \
                       \( -name '_build-*' -o -name .git \) -prune -o \
                       -name '*.pod' -type f -print | sort)
 printf 'POD file: %s\n' "${pods[@]}"
