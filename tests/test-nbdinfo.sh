@@ -123,14 +123,21 @@ check_metadata_size "$size" $(( 64 * MIB ))
 check_info "$cl_uri" "$size" true
 stop_controller cl
 
+# nbdkit with our plugin loaded outside the harness: the sanitizer
+# runtime must come first, as for the controllers.
+nbdkit_cmd=(nbdkit)
+if [ "$SANITIZER" != no ]; then
+  nbdkit_cmd=(env "LD_PRELOAD=$(_sanitizer_runtime)" nbdkit)
+fi
+
 # --- --dump-plugin: the libnbd we run with.
-nbdkit "$PLUGIN" --dump-plugin >"$tmpdir/dump"
+"${nbdkit_cmd[@]}" "$PLUGIN" --dump-plugin >"$tmpdir/dump"
 libnbd_version=$(nbdinfo --version | sed -n 's/^libnbd \([0-9.]*\).*/\1/p')
 test -n "$libnbd_version"
 grep -Fx "replicate_libnbd_version=$libnbd_version" "$tmpdir/dump"
 
 # --- --help: every parameter of DESIGN.md section 10.
-nbdkit "$PLUGIN" --help >"$tmpdir/help"
+"${nbdkit_cmd[@]}" "$PLUGIN" --help >"$tmpdir/help"
 for key in replica connections quorum read timeout control chunk \
            max-legs al-extent al-extents resync-rate resync-min-rate \
            init wait force prefer metadata ublk ublk-queues ublk-depth; do
