@@ -41,6 +41,7 @@
 #include "cleanup.h"
 #include "random.h"
 #include "internal.h"
+#include "array.h"
 
 #define DEFAULT_CONNECTIONS 8
 #define DEFAULT_RETRIES 5
@@ -89,14 +90,11 @@ buf_append (struct bs_buf *b, const void *data, size_t len)
 int
 list_add (struct bs_list *l, const char *name, time_t mtime, uint64_t size)
 {
-  if (l->n == l->cap) {
-    size_t cap = l->cap ? l->cap * 2 : 64;
-    struct bs_entry *e = realloc (l->e, cap * sizeof *e);
-    if (e == NULL)
-      return -1;
-    l->e = e;
-    l->cap = cap;
-  }
+  struct bs_entry *e = array_reserve_one (l->e, l->n, &l->cap, sizeof *e, 64);
+
+  if (e == NULL)
+    return -1;
+  l->e = e;
   l->e[l->n].name = strdup (name);
   if (l->e[l->n].name == NULL)
     return -1;
@@ -562,16 +560,14 @@ static void
 pool_put (struct bs_store *s, CURL *easy)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&s->lock);
-  if (s->nr_idle == s->cap_idle) {
-    size_t cap = s->cap_idle ? s->cap_idle * 2 : 16;
-    CURL **p = realloc (s->idle, cap * sizeof *p);
-    if (p == NULL) {
-      curl_easy_cleanup (easy);
-      return;
-    }
-    s->idle = p;
-    s->cap_idle = cap;
+  CURL **p = array_reserve_one (s->idle, s->nr_idle, &s->cap_idle,
+                                sizeof *p, 16);
+
+  if (p == NULL) {
+    curl_easy_cleanup (easy);
+    return;
   }
+  s->idle = p;
   s->idle[s->nr_idle++] = easy;
 }
 

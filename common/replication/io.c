@@ -37,6 +37,7 @@
 #include "internal.h"
 #include "al.h"
 #include "cleanup.h"
+#include "array.h"
 
 /* Largest piece a write-like request is cut into. */
 static uint64_t
@@ -397,14 +398,12 @@ collect_extent (void *opaque, uint64_t offset, uint64_t length,
 {
   struct extent_buf *eb = opaque;
 
-  if (eb->nr == eb->cap) {
-    size_t cap = eb->cap ? eb->cap * 2 : 16;
-    struct extent_item *p = realloc (eb->items, cap * sizeof *p);
-    if (p == NULL)
-      return -1;
-    eb->items = p;
-    eb->cap = cap;
-  }
+  struct extent_item *p = array_reserve_one (eb->items, eb->nr, &eb->cap,
+                                             sizeof *p, 16);
+
+  if (p == NULL)
+    return -1;
+  eb->items = p;
   eb->items[eb->nr++] = (struct extent_item) { offset, length, type };
   return 0;
 }

@@ -46,6 +46,7 @@
 
 #include "internal.h"
 #include "cleanup.h"
+#include "array.h"
 
 #define MAX_EVENTS 64
 
@@ -240,17 +241,14 @@ conn_attach (struct conn *c, struct poller *p)
 {
   struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&p->lock);
+  struct conn **a = array_reserve_one (p->conns, p->nr_conns, &p->cap_conns,
+                                       sizeof *a, 16);
 
-  if (p->nr_conns == p->cap_conns) {
-    size_t cap = p->cap_conns ? p->cap_conns * 2 : 16;
-    struct conn **a = realloc (p->conns, cap * sizeof *a);
-    if (a == NULL) {
-      nbdkit_error ("realloc: %m");
-      return -1;
-    }
-    p->conns = a;
-    p->cap_conns = cap;
+  if (a == NULL) {
+    nbdkit_error ("realloc: %m");
+    return -1;
   }
+  p->conns = a;
   c->events = EPOLLIN;
   c->poller = p;
   if (epoll_ctl (p->epfd, EPOLL_CTL_ADD, c->fd, &ev) == -1) {

@@ -63,6 +63,7 @@
 #include <stdlib.h>
 
 #include "rangelock.h"
+#include "array.h"
 
 #define CACHELINE 64
 #define INITIAL_HOLDS 8
@@ -260,20 +261,6 @@ bucket_conflicts (const struct rangelock *rl, const struct bucket *b,
   return false;
 }
 
-/* Double the capacity of the bucket's vector.  Returns 0 or -1. */
-static int
-grow_holds (struct bucket *b)
-{
-  size_t cap = b->cap_holds ? b->cap_holds * 2 : INITIAL_HOLDS;
-  struct range_hold **holds = reallocarray (b->holds, cap, sizeof *holds);
-
-  if (holds == NULL)
-    return -1;
-  b->holds = holds;
-  b->cap_holds = cap;
-  return 0;
-}
-
 /* Register h in bucket idx once no conflicting hold is there, waiting
  * for that if wait is true.  Returns 1 if registered, 0 if not waiting
  * and there is a conflict, -1 on ENOMEM.
@@ -283,6 +270,7 @@ register_hold (struct rangelock *rl, uint64_t idx, struct range_hold *h,
                bool wait)
 {
   struct bucket *b = &rl->buckets[idx];
+  struct range_hold **holds;
   int r = 1;
 
   bucket_lock (b);
@@ -293,12 +281,14 @@ register_hold (struct rangelock *rl, uint64_t idx, struct range_hold *h,
     }
     bucket_wait (b);
   }
-  if (b->nr_holds == b->cap_holds && grow_holds (b) == -1) {
-    errno = ENOMEM;
+  holds = array_reserve_one (b->holds, b->nr_holds, &b->cap_holds,
+                             sizeof *holds, INITIAL_HOLDS);
+  if (holds == NULL)
     r = -1;
-  }
-  else
+  else {
+    b->holds = holds;
     b->holds[b->nr_holds++] = h;
+  }
   bucket_unlock (b);
   return r;
 }

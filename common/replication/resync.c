@@ -58,6 +58,7 @@
 #include "al.h"
 #include "random.h"
 #include "cleanup.h"
+#include "array.h"
 
 #define LANES 4
 #define COPIERS 4               /* threads per lane */
@@ -228,14 +229,12 @@ charge_copy (struct resync *rs, uint64_t bytes, uint64_t reserved_ns)
 static int
 add_copied (struct resync *rs, const struct run *run, uint64_t bytes)
 {
-  if (rs->nr_copied == rs->cap_copied) {
-    size_t cap = rs->cap_copied ? rs->cap_copied * 2 : 256;
-    struct run *p = realloc (rs->copied, cap * sizeof *p);
-    if (p == NULL)
-      return -1;
-    rs->copied = p;
-    rs->cap_copied = cap;
-  }
+  struct run *p = array_reserve_one (rs->copied, rs->nr_copied,
+                                     &rs->cap_copied, sizeof *p, 256);
+
+  if (p == NULL)
+    return -1;
+  rs->copied = p;
   rs->copied[rs->nr_copied++] = *run;
   rs->since_checkpoint += bytes;
   return 0;
