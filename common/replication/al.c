@@ -426,6 +426,18 @@ al_acquire (struct al *al, uint64_t offset, uint64_t count)
   return 0;
 }
 
+/* al_acquire without waiting: takes the extents only if every one is
+ * hot already (no log write needed).  Returns true if taken.
+ */
+bool
+al_try_acquire (struct al *al, uint64_t offset, uint64_t count)
+{
+  uint64_t first, last;
+
+  extent_range (al, offset, count, &first, &last);
+  return take_all_hot (al, first, last);
+}
+
 /* Drop the references taken by al_acquire. */
 void
 al_release (struct al *al, uint64_t offset, uint64_t count)

@@ -6,6 +6,7 @@
 #ifndef REPLICATE_AL_H
 #define REPLICATE_AL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct volume;
@@ -27,7 +28,11 @@ extern void al_stop (struct al *al);
  * the error every leg refused the log with alike (nothing held then).
  */
 extern int al_acquire (struct al *al, uint64_t offset, uint64_t count);
-/* Drop the references taken by al_acquire. */
+/* Like al_acquire, but never waits: true if every extent was hot
+ * already and is now referenced, false if nothing was taken.
+ */
+extern bool al_try_acquire (struct al *al, uint64_t offset, uint64_t count);
+/* Drop the references taken by al_acquire or al_try_acquire. */
 extern void al_release (struct al *al, uint64_t offset, uint64_t count);
 
 /* OR the chunks of every hot extent into a bitmap. */

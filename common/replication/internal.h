@@ -281,7 +281,7 @@ struct ioreq {
   _Atomic uint32_t done;    /* legs that have answered */
   _Atomic uint32_t failed;  /* legs whose err[] is set */
   uint32_t issued;          /* legs a command was issued to */
-  uint32_t timed_out;       /* legs failed by the timeout */
+  _Atomic uint32_t timed_out;   /* legs failed by the timeout */
   uint32_t fua_emulate;     /* legs that need a flush for FUA */
   uint64_t start_ns;        /* when it was prepared (latency, timeout) */
   int err[MAX_LEGS];        /* per leg in `failed`: its errno */
@@ -290,6 +290,10 @@ struct ioreq {
   extent_fn ext_fn;         /* OP_EXTENTS: where extents go */
   void *ext_opaque;
   struct ioreq *next_wake;  /* on a connection's wake list */
+  /* An asynchronous request (aio.c): called instead of waking an
+   * issuer, by whoever completes the last leg.  NULL: an issuer waits.
+   */
+  void (*on_done) (struct ioreq *r);
 };
 
 /* ---- functions shared between engine files ---------------------------- */
@@ -351,6 +355,9 @@ extern void ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
 extern void ioreq_wait (struct ioreq *r);
 extern void conn_wake_deferred (struct conn *c);
 extern void ioreq_wait_fua (struct ioreq *r);
+extern void ioreq_fua_flush (struct ioreq *r);
+extern void ioreq_release (struct ioreq *r);
+extern void ioreq_expire (struct ioreq *r, uint64_t now);
 extern int ioreq_leg_error (const struct ioreq *r, unsigned li);
 extern void ioreq_destroy (struct ioreq *r);
 extern int leg_sync_io (struct leg *l, const struct leg_cmd *cmd);
@@ -378,6 +385,17 @@ extern void volume_fail_leg (struct volume *v, struct leg *l, unsigned epoch,
 /* io.c */
 extern int io_flush_legs (struct volume *v, uint16_t legs, int *err);
 extern int io_write_locked (struct volume *v, const struct leg_cmd *cmd);
+extern uint64_t io_max_piece (struct volume *v);
+extern void io_mark_absent (struct volume *v, uint16_t absent,
+                            uint64_t offset, uint64_t count);
+extern bool io_is_quorum (const struct volume *v, uint16_t legs);
+extern int io_judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
+                           uint16_t uptodate, const char *what);
+extern int io_choose_read_leg (struct volume *v, uint16_t candidates);
+extern int io_read_failed (struct volume *v, uint16_t up, unsigned li,
+                           unsigned epoch, int e);
+extern int io_read_from_legs (struct volume *v, const struct leg_cmd *cmd,
+                              uint16_t tried, int last, int *err);
 
 /* start.c, volume.c */
 extern int volume_alloc_bitmap (struct volume *v, unsigned slot);

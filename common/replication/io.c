@@ -40,8 +40,8 @@
 #include "array.h"
 
 /* Largest piece a write-like request is cut into. */
-static uint64_t
-max_piece (struct volume *v)
+uint64_t
+io_max_piece (struct volume *v)
 {
   uint64_t piece = 64 * 1024 * 1024;
 
@@ -55,8 +55,8 @@ max_piece (struct volume *v)
 }
 
 /* Mark [offset, offset+count) in the bitmaps of the absent slots. */
-static void
-mark_absent (struct volume *v, uint16_t absent, uint64_t offset,
+void
+io_mark_absent (struct volume *v, uint16_t absent, uint64_t offset,
              uint64_t count)
 {
   uint64_t first = offset / v->cfg.chunk;
@@ -82,8 +82,8 @@ count16 (uint16_t m)
 }
 
 /* Does a set of legs make a quorum? */
-static bool
-is_quorum (const struct volume *v, uint16_t legs)
+bool
+io_is_quorum (const struct volume *v, uint16_t legs)
 {
   return v->quorum <= 1 ? legs != 0 : count16 (legs) >= v->quorum;
 }
@@ -119,8 +119,8 @@ common_request_error (const struct ioreq *r, uint16_t legs)
  * generation could not be bumped), no leg is left to count and the
  * client is told EIO rather than a write nobody can vouch for.
  */
-static int
-judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
+int
+io_judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
              uint16_t uptodate, const char *what)
 {
   uint16_t bad = (uint16_t) ((atomic_load (&r->failed) | r->timed_out) & legs);
@@ -130,7 +130,7 @@ judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
 
   /* Every leg took it (the common case): nothing to fail. */
   if (bad == 0)
-    return is_quorum (v, legs & uptodate & MB_UPTODATE (membership_load (v)))
+    return io_is_quorum (v, legs & uptodate & MB_UPTODATE (membership_load (v)))
       ? 0 : EIO;
 
   common = common_request_error (r, legs);
@@ -147,7 +147,7 @@ judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
                      strerror (e));
   }
   took &= uptodate & MB_UPTODATE (membership_load (v));
-  if (is_quorum (v, took))
+  if (io_is_quorum (v, took))
     return 0;
   return first_err == ENOSPC ? ENOSPC : EIO;
 }
@@ -170,19 +170,19 @@ io_write_locked (struct volume *v, const struct leg_cmd *cmd)
   }
 
   ticket = membership_enter_write (v, &m);
-  mark_absent (v, MB_ABSENT (m), cmd->offset, cmd->count);
+  io_mark_absent (v, MB_ABSENT (m), cmd->offset, cmd->count);
   membership_leave_write (v, ticket);
   writing = MB_WRITING (m);
   uptodate = MB_UPTODATE (m);
 
-  if (!is_quorum (v, uptodate))
+  if (!io_is_quorum (v, uptodate))
     err = EIO;
   else {
     ioreq_init (&r, v);
     for (w = writing; w != 0; w &= w - 1)
       ioreq_submit (&r, &v->legs[__builtin_ctz (w)], cmd);
     ioreq_wait_fua (&r);
-    err = judge_write (v, &r, writing, uptodate, "write");
+    err = io_judge_write (v, &r, writing, uptodate, "write");
     ioreq_destroy (&r);
   }
 
@@ -210,7 +210,7 @@ write_piece (struct volume *v, const struct leg_cmd *cmd)
 static int
 write_request (struct volume *v, struct leg_cmd *cmd, int *err)
 {
-  uint64_t piece = max_piece (v);
+  uint64_t piece = io_max_piece (v);
   uint64_t end = cmd->offset + cmd->count;
   int e;
 
@@ -289,7 +289,7 @@ io_flush_legs (struct volume *v, uint16_t legs, int *err)
   for (uint16_t l = legs; l != 0; l &= l - 1)
     ioreq_submit (&r, &v->legs[__builtin_ctz (l)], &flush);
   ioreq_wait (&r);
-  e = judge_write (v, &r, legs, legs & MB_UPTODATE (membership_load (v)),
+  e = io_judge_write (v, &r, legs, legs & MB_UPTODATE (membership_load (v)),
                    "flush");
   ioreq_destroy (&r);
   volume_wait_changes (v);
@@ -308,8 +308,8 @@ engine_flush (struct volume *v, int *err)
 }
 
 /* Choose the leg for a read among candidates. */
-static int
-choose_read_leg (struct volume *v, uint16_t candidates)
+int
+io_choose_read_leg (struct volume *v, uint16_t candidates)
 {
   unsigned inflight[MAX_LEGS];
   unsigned rr = atomic_load_explicit (&v->rr_next, memory_order_relaxed);
@@ -324,24 +324,40 @@ choose_read_leg (struct volume *v, uint16_t candidates)
   return li;
 }
 
-/* Send a read-like command (read, extents) to one uptodate leg after
- * another until one answers.  A leg that fails is failed and the next
- * one tried; the last uptodate leg is not failed for a media error
- * (the client gets it, as from a single disk).
+/* Leg li, chosen among the uptodate legs `up`, answered a read-like
+ * command with error e (its connections' epoch at issue: epoch).
+ * Returns 0 after failing the leg (another leg is to be tried), or the
+ * errno for the client: an error that is the request's fault, and a
+ * media error of the last uptodate leg (as from a single disk), fail
+ * nobody.
  */
-static int
-read_from_legs (struct volume *v, const struct leg_cmd *cmd, int *err)
+int
+io_read_failed (struct volume *v, uint16_t up, unsigned li, unsigned epoch,
+                int e)
 {
-  uint16_t tried = 0;
-  int last = EIO;
+  if (!errno_fails_leg (e))
+    return errno_for_client (e);
+  if (!errno_is_disconnect (e) && (up & ~(1u << li)) == 0)
+    return errno_for_client (e);
+  volume_fail_leg (v, &v->legs[li], epoch, "read failed: %s", strerror (e));
+  return 0;
+}
 
+/* Send a read-like command (read, extents) to one uptodate leg after
+ * another, skipping the legs in `tried`, until one answers (see
+ * io_read_failed).  last is the error of the last leg tried.
+ */
+int
+io_read_from_legs (struct volume *v, const struct leg_cmd *cmd,
+                   uint16_t tried, int last, int *err)
+{
   for (;;) {
     uint16_t up = MB_UPTODATE (membership_load (v));
     struct ioreq r;
     unsigned epoch;
     int li, e;
 
-    li = choose_read_leg (v, up & ~tried);
+    li = io_choose_read_leg (v, up & ~tried);
     if (li == -1) {
       *err = errno_for_client (last);
       return -1;
@@ -356,16 +372,11 @@ read_from_legs (struct volume *v, const struct leg_cmd *cmd, int *err)
       return 0;
     tried |= 1u << li;
     last = e;
-    if (!errno_fails_leg (e)) {
-      *err = errno_for_client (e);
+    e = io_read_failed (v, up, (unsigned) li, epoch, e);
+    if (e != 0) {
+      *err = e;
       return -1;
     }
-    if (!errno_is_disconnect (e) && (up & ~(1u << li)) == 0) {
-      *err = errno_for_client (e);
-      return -1;
-    }
-    volume_fail_leg (v, &v->legs[li], epoch, "read failed: %s",
-                     strerror (e));
   }
 }
 
@@ -379,7 +390,7 @@ engine_pread (struct volume *v, void *buf, uint32_t count, uint64_t offset,
   };
 
   atomic_fetch_add_explicit (&v->client_requests, 1, memory_order_relaxed);
-  return read_from_legs (v, &cmd, err);
+  return io_read_from_legs (v, &cmd, 0, EIO, err);
 }
 
 /* Extents collected from a leg, passed on to the client's function
@@ -424,7 +435,7 @@ engine_extents (struct volume *v, uint32_t count, uint64_t offset,
   size_t i;
   int r = 0;
 
-  if (read_from_legs (v, &cmd, err) == -1) {
+  if (io_read_from_legs (v, &cmd, 0, EIO, err) == -1) {
     free (eb.items);
     return -1;
   }

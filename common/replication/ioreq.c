@@ -123,11 +123,12 @@ ioreq_init (struct ioreq *r, struct volume *v)
   atomic_init (&r->done, 0);
   atomic_init (&r->failed, 0);
   r->issued = 0;
-  r->timed_out = 0;
+  atomic_init (&r->timed_out, 0);
   r->fua_emulate = 0;
   r->start_ns = now_ns ();
   r->ext_fn = NULL;
   r->ext_opaque = NULL;
+  r->on_done = NULL;
 }
 
 /* Release the request (after ioreq_wait): it holds no resource. */
@@ -169,6 +170,10 @@ count_request (struct leg *l, const struct leg_cmd *cmd)
 static void
 wake_issuer (struct ioreq *r)
 {
+  if (r->on_done) {
+    r->on_done (r);
+    return;
+  }
   if (atomic_exchange (&r->wake, WAKE_DONE) == WAKE_SLEEPING)
     futex_wake (&r->wake, 1);
 }
@@ -543,17 +548,26 @@ ioreq_wait (struct ioreq *r)
 }
 
 /* Wait, then make FUA writes durable on the legs that do not support
- * FUA: flush them, and count a failed flush as that leg's error.
+ * FUA.
  */
 void
 ioreq_wait_fua (struct ioreq *r)
+{
+  ioreq_wait (r);
+  ioreq_fua_flush (r);
+}
+
+/* In a finished request, flush the legs that took a FUA write without
+ * FUA, and count a failed flush as that leg's error.
+ */
+void
+ioreq_fua_flush (struct ioreq *r)
 {
   static const struct leg_cmd flush = { .op = OP_FLUSH };
   struct ioreq f;
   uint32_t legs;
   unsigned i;
 
-  ioreq_wait (r);
   if (r->fua_emulate == 0)
     return;
   legs = r->fua_emulate & ~r->timed_out & ~atomic_load (&r->failed);
@@ -571,6 +585,41 @@ ioreq_wait_fua (struct ioreq *r)
     }
   r->timed_out |= f.timed_out;
   ioreq_destroy (&f);
+}
+
+/* An asynchronous request (r->on_done set) has been issued to every
+ * leg: give up the issuer's count.  The last answer calls r->on_done,
+ * here if every leg has answered already.
+ */
+void
+ioreq_release (struct ioreq *r)
+{
+  if (atomic_fetch_sub (&r->pending, 1) == 1)
+    r->on_done (r);
+}
+
+/* The deadline of an asynchronous request, which nobody waits on: its
+ * owner calls this from time to time (now from now_ns) while the
+ * request is in flight.  Legs still silent after timeout= seconds are
+ * timed out as ioreq_wait does it, the last uptodate legs only after
+ * twice as long.  Their callbacks then complete the request.
+ */
+void
+ioreq_expire (struct ioreq *r, uint64_t now)
+{
+  double t = r->v->cfg.timeout;
+  uint64_t period = (uint64_t) (t * 1e9);
+  uint32_t silent = r->issued & ~atomic_load (&r->done) & ~r->timed_out;
+  uint16_t up;
+  bool last;
+
+  if (silent == 0 || now < r->start_ns + period)
+    return;
+  up = MB_UPTODATE (membership_load (r->v));
+  last = (up & silent) && !(up & ~silent);
+  if (last && now < r->start_ns + 2 * period)
+    return;
+  time_out_legs (r, silent, last ? 2 * t : t);
 }
 
 /* The error of leg li in a finished request: its errno, ETIMEDOUT if

@@ -17,36 +17,56 @@
  *
  * Threads.  Per queue: one queue thread, which owns the ring (ublk wants
  * every command of a queue from one task, and completes them in that
- * task), and W = min(depth, UBLK_WORKERS_MAX) workers, since engine
- * calls are synchronous (a write sleeps until every leg answered).  The
- * queue thread reaps CQEs, copies each request's descriptor, appends the
- * batch to the work list and wakes as many idle workers as it brought
- * requests.  A worker runs the engine call, pushes the tag on the
- * lock-free done list and, if the queue thread sleeps and no wake-up is
- * pending yet, writes the queue's eventfd, on which the queue thread
- * always has a read in its ring; the queue thread then commits every
- * finished tag in one submission.  Requests never wait for one another, only for a free
+ * task), and W = min(depth, UBLK_WORKERS_MAX) workers for what may
+ * sleep.  The queue thread reaps CQEs and copies each request's
+ * descriptor.  Reads, writes and zeroes that can go without waiting
+ * (most of them: aio.c says which) it starts in the engine itself
+ * (engine_aio_start); the poller thread that reads the last leg's
+ * answer completes them and puts the tag on the done list: one thread
+ * hand-off per request.  The rest (flushes, a write whose range is
+ * busy or whose activity-log extent is cold, a request larger than a
+ * piece) it appends to the work list, waking as many idle workers as it
+ * brought requests; a worker runs the synchronous engine call.  A
+ * request started without a worker that turns out to need a thread
+ * that may sleep (a leg failed or timed out, a membership change is
+ * being recorded) goes to the queue's finisher thread
+ * (engine_aio_finish), not to the workers: an unfinished write still
+ * holds its range, and a worker's write to the same range waits for it
+ * in the range lock; were the finishing left to workers, all of them
+ * (64 for 128 tags) could be waiting so.  The finisher waits for
+ * nothing a worker holds.  Finished tags go on the lock-free done list;
+ * whoever puts one there writes the queue's eventfd if the queue thread
+ * sleeps and no wake-up is pending yet (the queue thread always has a
+ * read of it in its ring), and the queue thread commits every finished
+ * tag in one submission.  A timeout in
+ * the ring wakes the queue thread every second to apply the engine's
+ * timeout= to the requests it started (engine_aio_expire): nobody else
+ * waits on them.  Requests never wait for one another, only for a free
  * worker.
  *
  * Tag states (struct ublk_tag; each written only by the tag's owner of
- * the moment, ownership passing through the work list's lock and the
- * done list's atomics):
+ * the moment, ownership passing through the work list's lock, the done
+ * list's atomics and the engine's completion):
  *   KERNEL   a FETCH or COMMIT_AND_FETCH is outstanding   (queue thread)
  *   QUEUED   a request waits on the work list             (queue thread)
  *   RUNNING  a worker serves it                           (worker)
- *   DONE     its result is on the done list               (worker)
+ *   ASYNC    the engine serves it without a worker    (its completion)
+ *   TAIL     on the finisher's list, or being finished    (finisher)
+ *   DONE     its result is on the done list               (its server)
  *   HELD     it arrived once the queue was draining: left unanswered,
  *            the kernel re-issues it to the next server    (queue thread)
  *   GONE     the kernel ended the tag (device stopped)     (queue thread)
- * KERNEL -> QUEUED -> RUNNING -> DONE -> KERNEL; KERNEL -> HELD;
- * KERNEL -> GONE.  A queue thread ends when every tag is GONE or, once
- * draining, when no tag is QUEUED, RUNNING or DONE.
+ * KERNEL -> QUEUED -> RUNNING -> DONE -> KERNEL;
+ * KERNEL -> ASYNC -> DONE (or TAIL -> DONE) -> KERNEL; KERNEL -> DONE
+ * (a request refused at once); KERNEL -> HELD; KERNEL -> GONE.  A queue
+ * thread ends when every tag is GONE or, once draining, when no tag is
+ * between KERNEL and DONE.
  *
  * Locks: u->lock (the start-up handshake, the device information shown
- * in status) and q->lock (the work list) are leaves: nothing is taken
- * while they are held, and no ublk lock is held across an engine call
- * or a kernel command.  v->lock is taken only to publish v->ublk (status
- * reads it under v->lock, then takes u->lock).
+ * in status) and q->lock (the work and finisher lists) are leaves:
+ * nothing is taken while they are held, and no ublk lock is held across
+ * an engine call or a kernel command.  v->lock is taken only to
+ * publish v->ublk (status reads it under v->lock, then takes u->lock).
  *
  * Start (ublk_start, last in engine_after_fork: the election, the
  * activity-log recovery and the engine's threads are done).  GET_DEV_INFO
@@ -114,6 +134,7 @@
 #include <liburing.h>
 
 #include "internal.h"
+#include "aio.h"
 #include "ublk.h"
 #include "cleanup.h"
 
@@ -126,11 +147,13 @@
 /* How long to wait for /dev/ublkcID to appear after ADD_DEV. */
 #define UBLK_NODE_WAIT 10
 
-/* user_data of the eventfd read (tags are below 4096). */
+/* user_data of the eventfd read and of the tick (tags are below 4096). */
 #define EVENTFD_DATA UINT64_MAX
+#define TICK_DATA (UINT64_MAX - 1)
 
 enum tag_state {
-  TAG_KERNEL, TAG_QUEUED, TAG_RUNNING, TAG_DONE, TAG_HELD, TAG_GONE,
+  TAG_KERNEL, TAG_QUEUED, TAG_RUNNING, TAG_ASYNC, TAG_TAIL, TAG_DONE,
+  TAG_HELD, TAG_GONE,
 };
 
 struct ublk_queue;
@@ -141,9 +164,19 @@ struct ublk_tag {
   uint16_t tag;
   enum tag_state state;
   struct ublksrv_io_desc iod;   /* copied from the driver's page */
+  struct ublk_call call;        /* what it asks of the engine */
   char *buf;                    /* max_io_buf_bytes, for its data */
   int32_t result;
   struct ublk_tag *next;        /* on the work list or the done list */
+  struct engine_aio aio;        /* served without a worker */
+  bool in_engine;               /* aio started, not committed (queue thread) */
+};
+
+/* Tags waiting for a thread that may sleep (under their queue's lock). */
+struct tag_list {
+  pthread_cond_t cond;
+  struct ublk_tag *head, *tail;
+  unsigned idle;                /* threads waiting on the list */
 };
 
 /* One hardware queue of the device. */
@@ -153,8 +186,9 @@ struct ublk_queue {
   unsigned depth;
   struct io_uring ring;
   bool ring_ready;
-  int efd;                      /* eventfd: workers wake the queue thread */
+  int efd;                      /* eventfd: wakes the queue thread */
   uint64_t efd_value;           /* where the eventfd read lands */
+  struct __kernel_timespec tick;   /* the period of the deadline checks */
   const struct ublksrv_io_desc *descs;   /* the driver's page */
   size_t descs_len;
   char *bufs;
@@ -170,15 +204,16 @@ struct ublk_queue {
   pthread_t workers[UBLK_WORKERS_MAX];
   unsigned nr_workers;
 
-  /* The work list (q->lock). */
+  /* The lists of tags for threads that may sleep (q->lock). */
   pthread_mutex_t lock;
-  pthread_cond_t cond;
-  struct ublk_tag *work_head, *work_tail;
-  unsigned idle;                /* workers waiting for work */
+  struct tag_list work;         /* requests for the workers */
+  struct tag_list tails;        /* started requests for the finisher */
   bool workers_stop;
+  pthread_t finisher;
+  bool finisher_started;
 
-  /* Finished tags, pushed by workers, taken all at once by the queue
-   * thread.  The eventfd is written only while the queue thread waits
+  /* Finished tags, pushed by workers, the finisher and the engine's
+   * completions, taken all at once by the queue thread.  The eventfd is written only while the queue thread waits
    * (waiting), once per wake-up (wake_pending, cleared when the queue
    * thread reaps the eventfd's read).
    */
@@ -395,6 +430,30 @@ arm_eventfd (struct ublk_queue *q)
   io_uring_sqe_set_data64 (sqe, EVENTFD_DATA);
 }
 
+/* Queue the next tick (always one in the ring). */
+static void
+arm_tick (struct ublk_queue *q)
+{
+  struct io_uring_sqe *sqe = get_sqe (q);
+
+  io_uring_prep_timeout (sqe, &q->tick, 0, 0);
+  io_uring_sqe_set_data64 (sqe, TICK_DATA);
+}
+
+/* A tick: time out the late legs of the requests started in the
+ * engine.
+ */
+static void
+expire_started (struct ublk_queue *q)
+{
+  uint64_t now = now_ns ();
+  unsigned i;
+
+  for (i = 0; i < q->depth; ++i)
+    if (q->tags[i].in_engine)
+      engine_aio_expire (&q->tags[i].aio, now);
+}
+
 /* The serving loop has nothing left to do. */
 static bool
 queue_finished (const struct ublk_queue *q)
@@ -414,13 +473,14 @@ commit_done (struct ublk_queue *q)
 
     prep_io (q, get_sqe (q), UBLK_IO_COMMIT_AND_FETCH_REQ, t);
     t->state = TAG_KERNEL;
+    t->in_engine = false;
     q->busy--;
     atomic_fetch_sub (&q->u->inflight, 1);
     t = next;
   }
 }
 
-/* A CQE for tag t: returns true if t now holds a request for a worker. */
+/* A CQE for tag t: returns true if t now holds a request to serve. */
 static bool
 tag_arrived (struct ublk_queue *q, struct ublk_tag *t, int res)
 {
@@ -449,27 +509,121 @@ tag_arrived (struct ublk_queue *q, struct ublk_tag *t, int res)
   return false;
 }
 
-/* Append the list first..last (n tags) to the work list and wake up to
- * n idle workers.
+/* Append the tags first..last (n of them) to a list and wake up to n
+ * of its idle threads.
  */
 static void
-hand_to_workers (struct ublk_queue *q, struct ublk_tag *first,
-                 struct ublk_tag *last, unsigned n)
+hand_over (struct ublk_queue *q, struct tag_list *list,
+           struct ublk_tag *first, struct ublk_tag *last, unsigned n)
 {
   unsigned wake;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&q->lock);
 
   last->next = NULL;
-  if (q->work_tail)
-    q->work_tail->next = first;
+  if (list->tail)
+    list->tail->next = first;
   else
-    q->work_head = first;
-  q->work_tail = last;
-  for (wake = n < q->idle ? n : q->idle; wake > 0; --wake)
-    pthread_cond_signal (&q->cond);
+    list->head = first;
+  list->tail = last;
+  for (wake = n < list->idle ? n : list->idle; wake > 0; --wake)
+    pthread_cond_signal (&list->cond);
 }
 
-/* Reap every CQE: requests go to the workers in one batch. */
+/* Put a finished tag on the done list and wake the queue thread. */
+static void
+post_done (struct ublk_queue *q, struct ublk_tag *t)
+{
+  struct ublk_tag *head = atomic_load (&q->done);
+
+  do
+    t->next = head;
+  while (!atomic_compare_exchange_weak (&q->done, &head, t));
+  wake_queue (q);
+}
+
+/* The engine has served a tag's request (engine_aio_done): post the
+ * result, or hand the request to the finisher.
+ */
+static void
+started_done (struct engine_aio *a)
+{
+  struct ublk_tag *t = (struct ublk_tag *)
+    ((char *) a - offsetof (struct ublk_tag, aio));
+
+  if (a->unfinished) {
+    t->state = TAG_TAIL;
+    hand_over (t->q, &t->q->tails, t, t, 1);
+    return;
+  }
+  t->result = ublk_result (&t->call, a->err ? -1 : 0, a->err);
+  t->state = TAG_DONE;
+  post_done (t->q, t);
+}
+
+/* The engine command for a call that may go without a worker: reads
+ * and writes the engine takes in one piece, zeroes and trims (the
+ * engine refuses those larger than its own piece).  Returns false for
+ * the others.
+ */
+static bool
+started_cmd (const struct ublk *u, const struct ublk_call *c, char *buf,
+             struct leg_cmd *cmd)
+{
+  *cmd = (struct leg_cmd) {
+    .buf = buf, .count = c->count, .offset = c->offset,
+    .flags = c->flags & (ENGINE_FLAG_FUA | ENGINE_FLAG_MAY_TRIM),
+  };
+  switch (c->op) {
+  case UBLK_CALL_READ:
+    cmd->op = OP_READ;
+    return c->count <= u->piece;
+  case UBLK_CALL_WRITE:
+    cmd->op = OP_WRITE;
+    return c->count <= u->piece;
+  case UBLK_CALL_TRIM:
+    cmd->flags |= ENGINE_FLAG_MAY_TRIM;
+    /* fall through */
+  case UBLK_CALL_ZERO:
+    cmd->op = OP_ZERO;
+    cmd->buf = NULL;
+    return true;
+  case UBLK_CALL_FLUSH:
+    break;
+  }
+  return false;
+}
+
+/* Serve tag t's request without a worker if it can be: a request the
+ * kernel must be refused is answered at once, one the engine takes
+ * without waiting is started.  Returns false if t is for a worker.
+ */
+static bool
+serve_started (struct ublk_queue *q, struct ublk_tag *t)
+{
+  struct ublk *u = q->u;
+  int r = ublk_map_request (&t->iod, u->dev_bytes, u->trim, &t->call);
+
+  if (r < 0) {
+    t->result = r;
+    t->state = TAG_DONE;
+    post_done (q, t);
+    return true;
+  }
+  if (!started_cmd (u, &t->call, t->buf, &t->aio.cmd))
+    return false;
+  t->aio.done = started_done;
+  t->state = TAG_ASYNC;
+  t->in_engine = true;
+  if (engine_aio_start (u->v, &t->aio))
+    return true;              /* t may be DONE already: hands off */
+  t->state = TAG_QUEUED;
+  t->in_engine = false;
+  return false;
+}
+
+/* Reap every CQE: requests the engine cannot start go to the workers in
+ * one batch.
+ */
 static void
 reap (struct ublk_queue *q)
 {
@@ -483,9 +637,13 @@ reap (struct ublk_queue *q)
       atomic_store (&q->wake_pending, false);
       arm_eventfd (q);
     }
+    else if (cqe->user_data == TICK_DATA) {
+      expire_started (q);
+      arm_tick (q);
+    }
     else if (cqe->user_data < q->depth) {
       struct ublk_tag *t = &q->tags[cqe->user_data];
-      if (!tag_arrived (q, t, cqe->res))
+      if (!tag_arrived (q, t, cqe->res) || serve_started (q, t))
         continue;
       if (last)
         last->next = t;
@@ -497,7 +655,7 @@ reap (struct ublk_queue *q)
   }
   io_uring_cq_advance (&q->ring, seen);
   if (n > 0)
-    hand_to_workers (q, first, last, n);
+    hand_over (q, &q->work, first, last, n);
 }
 
 /* Serve until the device stops or the queue has drained.  Before it
@@ -547,13 +705,14 @@ fetch_all (struct ublk_queue *q)
     prep_io (q, get_sqe (q), UBLK_IO_FETCH_REQ, &q->tags[i]);
   }
   arm_eventfd (q);
+  arm_tick (q);
   r = io_uring_submit (&q->ring);
   if (r < 0)
     return r;
   /* A refused fetch completes during the submission. */
   io_uring_for_each_cqe (&q->ring, head, cqe) {
     seen++;
-    if (cqe->user_data != EVENTFD_DATA && cqe->res < 0 && err == 0)
+    if (cqe->user_data < q->depth && cqe->res < 0 && err == 0)
       err = cqe->res;
   }
   io_uring_cq_advance (&q->ring, seen);
@@ -586,23 +745,23 @@ queue_thread (void *arg)
   return NULL;
 }
 
-/* The next request for a worker, or NULL when workers must stop. */
+/* The next tag of a list, or NULL when its threads must stop. */
 static struct ublk_tag *
-next_work (struct ublk_queue *q)
+next_tag (struct ublk_queue *q, struct tag_list *list)
 {
   struct ublk_tag *t;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&q->lock);
 
-  while (q->work_head == NULL && !q->workers_stop) {
-    q->idle++;
-    pthread_cond_wait (&q->cond, &q->lock);
-    q->idle--;
+  while (list->head == NULL && !q->workers_stop) {
+    list->idle++;
+    pthread_cond_wait (&list->cond, &q->lock);
+    list->idle--;
   }
-  t = q->work_head;
+  t = list->head;
   if (t) {
-    q->work_head = t->next;
-    if (q->work_head == NULL)
-      q->work_tail = NULL;
+    list->head = t->next;
+    if (list->head == NULL)
+      list->tail = NULL;
   }
   return t;
 }
@@ -641,42 +800,46 @@ call_engine (struct ublk *u, const struct ublk_call *c, char *buf, int *err)
   return 0;
 }
 
-/* Serve one request; returns the result for the kernel. */
+/* Serve one request (mapped by serve_started); returns the result
+ * for the kernel.
+ */
 static int32_t
 serve (struct ublk *u, const struct ublk_tag *t)
 {
-  struct ublk_call call;
   int err = 0, r;
 
-  r = ublk_map_request (&t->iod, u->dev_bytes, u->trim, &call);
-  if (r < 0)
-    return r;
-  r = call_engine (u, &call, t->buf, &err);
-  return ublk_result (&call, r, err);
+  r = call_engine (u, &t->call, t->buf, &err);
+  return ublk_result (&t->call, r, err);
 }
 
-/* Put a finished tag on the done list and wake the queue thread. */
-static void
-post_done (struct ublk_queue *q, struct ublk_tag *t)
-{
-  struct ublk_tag *head = atomic_load (&q->done);
-
-  do
-    t->next = head;
-  while (!atomic_compare_exchange_weak (&q->done, &head, t));
-  wake_queue (q);
-}
-
-/* A worker thread. */
+/* A worker thread: synchronous engine calls. */
 static void *
 worker_thread (void *arg)
 {
   struct ublk_queue *q = arg;
   struct ublk_tag *t;
 
-  while ((t = next_work (q)) != NULL) {
+  while ((t = next_tag (q, &q->work)) != NULL) {
     t->state = TAG_RUNNING;
     t->result = serve (q->u, t);
+    t->state = TAG_DONE;
+    post_done (q, t);
+  }
+  return NULL;
+}
+
+/* The finisher thread: started requests that need a thread that may
+ * sleep (engine_aio_finish).
+ */
+static void *
+finisher_thread (void *arg)
+{
+  struct ublk_queue *q = arg;
+  struct ublk_tag *t;
+
+  while ((t = next_tag (q, &q->tails)) != NULL) {
+    engine_aio_finish (&t->aio);
+    t->result = ublk_result (&t->call, t->aio.err ? -1 : 0, t->aio.err);
     t->state = TAG_DONE;
     post_done (q, t);
   }
@@ -704,7 +867,8 @@ queue_open (struct ublk *u, struct ublk_queue *q, uint16_t id)
   q->depth = u->info.queue_depth;
   q->efd = -1;
   pthread_mutex_init (&q->lock, NULL);
-  pthread_cond_init (&q->cond, NULL);
+  pthread_cond_init (&q->work.cond, NULL);
+  pthread_cond_init (&q->tails.cond, NULL);
   q->tags = calloc (q->depth, sizeof *q->tags);
   q->bufs_len = (size_t) q->depth * u->info.max_io_buf_bytes;
   q->bufs = mmap (NULL, q->bufs_len, PROT_READ | PROT_WRITE,
@@ -734,7 +898,8 @@ queue_open (struct ublk *u, struct ublk_queue *q, uint16_t id)
                   u->id, id);
     return -1;
   }
-  r = io_uring_queue_init_params (q->depth + 1, &q->ring, &p);
+  q->tick = (struct __kernel_timespec) { .tv_sec = 1 };
+  r = io_uring_queue_init_params (q->depth + 2, &q->ring, &p);
   if (r < 0) {
     nbdkit_error ("ublk=%u: queue %u: io_uring setup: %s", u->id, id,
                   strerror (-r));
@@ -750,13 +915,21 @@ queue_open (struct ublk *u, struct ublk_queue *q, uint16_t id)
   return 0;
 }
 
-/* Start a queue's thread and its workers.  Returns 0 or -1. */
+/* Start a queue's finisher, its thread and its workers.  Returns 0 or
+ * -1.
+ */
 static int
 queue_run (struct ublk_queue *q)
 {
   unsigned w = q->depth < UBLK_WORKERS_MAX ? q->depth : UBLK_WORKERS_MAX;
   int r;
 
+  r = pthread_create (&q->finisher, NULL, finisher_thread, q);
+  if (r != 0) {
+    nbdkit_error ("ublk=%u: finisher thread: %s", q->u->id, strerror (r));
+    return -1;
+  }
+  q->finisher_started = true;
   r = pthread_create (&q->thread, NULL, queue_thread, q);
   if (r != 0) {
     nbdkit_error ("ublk=%u: queue thread: %s", q->u->id, strerror (r));
@@ -773,7 +946,9 @@ queue_run (struct ublk_queue *q)
   return 0;
 }
 
-/* Stop the queue threads (after draining) and the workers. */
+/* Stop the queue threads (after draining), the workers and the
+ * finishers.
+ */
 static void
 stop_queues (struct ublk *u)
 {
@@ -792,11 +967,15 @@ stop_queues (struct ublk *u)
     {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&q->lock);
       q->workers_stop = true;
-      pthread_cond_broadcast (&q->cond);
+      pthread_cond_broadcast (&q->work.cond);
+      pthread_cond_broadcast (&q->tails.cond);
     }
     for (w = 0; w < q->nr_workers; ++w)
       pthread_join (q->workers[w], NULL);
     q->nr_workers = 0;
+    if (q->finisher_started)
+      pthread_join (q->finisher, NULL);
+    q->finisher_started = false;
   }
 }
 
@@ -819,7 +998,8 @@ queue_close (struct ublk_queue *q)
   free (q->tags);
   q->tags = NULL;
   pthread_mutex_destroy (&q->lock);
-  pthread_cond_destroy (&q->cond);
+  pthread_cond_destroy (&q->work.cond);
+  pthread_cond_destroy (&q->tails.cond);
 }
 
 /* Stop every queue and close the device's files.  With the files gone,
