@@ -8,24 +8,28 @@
  * KEY=VALUE parameters (replica=URI, control=SOCKET, timeout=...) and
  * started; then one thread keeps DEPTH requests in flight until
  * STOPFILE exists: reads, writes (some with FUA) and zeroes (some that
- * may trim) of 4 to 64 KiB at random 4 KiB blocks.  As in ublk.c,
- * that thread starts requests (engine_aio_start), the engine's
- * completions are queued back to it, unfinished ones go to a finisher
- * thread (engine_aio_finish), a request the engine will not start is
- * run with the synchronous call by the issuing thread, and every
- * second the deadlines of the requests in flight are checked
- * (engine_aio_expire).  One write in eight is aimed at the blocks of a
- * write in flight, so the range lock's refusals are exercised.
+ * may trim) of 4 to 64 KiB at random 4 KiB blocks.  As the first queue
+ * of ublk.c, that thread drives the engine's poller (poller_adopt: it
+ * polls the poller's descriptor and reads the legs' replies itself),
+ * starts requests (engine_aio_start), and gets completions inline or
+ * through an eventfd; unfinished ones go to a finisher thread
+ * (engine_aio_finish), a request the engine will not start to a worker
+ * thread (the synchronous call), and every second the deadlines of the
+ * requests in flight are checked (engine_aio_expire).  One write in
+ * eight is aimed at the blocks of a started write in flight, so the
+ * range lock's refusals are exercised.
  *
  * Checks: every request succeeds; every read returns what was last
- * written there (a read never overlaps a write in flight; writes may
- * overlap writes: the range lock orders them, and the driver's image
- * follows the order of issue).  At the end, once every leg is uptodate
+ * written there (a read never overlaps a write in flight; a write may
+ * overlap started writes, which the range lock orders, but never a
+ * write left to the worker, which may not hold its range yet, so the
+ * driver's image follows the order of issue).  At the end, once every leg is uptodate
  * again, the whole volume read back must equal the image, which is
  * written to EXPECTED for the test's oracle (every leg equals it).
  * PROGRESS holds the number of completed requests, rewritten every 64.
  * The last line printed counts the requests: started without waiting,
- * refused (run synchronously) and finished by the finisher.
+ * refused (run synchronously by the worker) and finished by the
+ * finisher.
  */
 
 #include <config.h>
@@ -33,6 +37,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -42,6 +47,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/eventfd.h>
 
 #include "internal.h"
 #include "aio.h"
@@ -54,6 +60,7 @@
 struct slot {
   struct engine_aio aio;
   bool busy;
+  bool refused;                 /* left to the worker */
   uint64_t first, nr;           /* blocks */
   char *buf, *want;             /* data; what a read must return */
   struct slot *next;            /* on the done or the tail list */
@@ -63,15 +70,19 @@ static struct volume *vol;
 static struct slot slots[DEPTH];
 static uint8_t *image;                  /* what the volume must hold */
 static uint64_t nr_blocks;
-static unsigned *writes_in_flight, *reads_in_flight;   /* per block */
+/* Per block: writes and reads in flight, writes left to the worker. */
+static unsigned *writes_in_flight, *reads_in_flight, *refused_in_flight;
 static uint64_t rng_state = 0x9e3779b97f4a7c15;
 
-/* Completions back to the issuing thread; tails to the finisher. */
+/* Completions back to the issuing thread (and its eventfd); tails to
+ * the finisher, refused requests to the worker.
+ */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t tail_cond = PTHREAD_COND_INITIALIZER;
-static struct slot *done_list, *tail_list;
-static bool finisher_stop;
+static pthread_cond_t work_cond = PTHREAD_COND_INITIALIZER;
+static struct slot *done_list, *tail_list, *work_list;
+static bool threads_stop;
+static int done_fd;
 
 static uint64_t started, refused, finished, completed;
 
@@ -108,6 +119,18 @@ push (struct slot **list, struct slot *s, pthread_cond_t *cond)
   pthread_cond_signal (cond);
 }
 
+/* Push a finished slot for the issuing thread and wake it (lock held). */
+static void
+push_done (struct slot *s)
+{
+  uint64_t one = 1;
+
+  s->next = done_list;
+  done_list = s;
+  if (write (done_fd, &one, sizeof one) != sizeof one)
+    die ("eventfd write: %m");
+}
+
 /* The engine's completion (engine_aio_done): a poller thread, or the
  * issuing thread inside engine_aio_start.
  */
@@ -120,32 +143,66 @@ aio_done (struct engine_aio *a)
   if (a->unfinished)
     push (&tail_list, s, &tail_cond);
   else
-    push (&done_list, s, &done_cond);
+    push_done (s);
   pthread_mutex_unlock (&lock);
 }
 
-/* The finisher thread. */
-static void *
-finisher (void *arg)
+/* Run a request the engine would not start with the synchronous call.
+ * Returns 0 or an errno.
+ */
+static int
+run_sync (const struct leg_cmd *c)
 {
+  int err = 0, r;
+
+  switch (c->op) {
+  case OP_READ:
+    r = engine_pread (vol, c->buf, c->count, c->offset, &err);
+    break;
+  case OP_WRITE:
+    r = engine_pwrite (vol, c->buf, c->count, c->offset, c->flags, &err);
+    break;
+  default:
+    r = engine_zero (vol, c->count, c->offset, c->flags, &err);
+    break;
+  }
+  return r == -1 ? err : 0;
+}
+
+/* The finisher thread (arg NULL) or the worker thread (non-NULL): take
+ * slots off their list (oldest first), finish or run them, hand them
+ * back.
+ */
+static void *
+helper (void *arg)
+{
+  bool worker = arg != NULL;
+  struct slot **list = worker ? &work_list : &tail_list;
+
   pthread_mutex_lock (&lock);
   for (;;) {
-    struct slot *s;
+    struct slot *s, **pp;
 
-    while (tail_list == NULL && !finisher_stop)
-      pthread_cond_wait (&tail_cond, &lock);
-    if (tail_list == NULL)
+    while (*list == NULL && !threads_stop)
+      pthread_cond_wait (worker ? &work_cond : &tail_cond, &lock);
+    if (*list == NULL)
       break;
-    s = tail_list;
-    tail_list = s->next;
+    for (pp = list; (*pp)->next != NULL; pp = &(*pp)->next)
+      ;
+    s = *pp;
+    *pp = NULL;
     pthread_mutex_unlock (&lock);
-    engine_aio_finish (&s->aio);
+    if (worker)
+      s->aio.err = run_sync (&s->aio.cmd);
+    else
+      engine_aio_finish (&s->aio);
     pthread_mutex_lock (&lock);
-    finished++;
-    push (&done_list, s, &done_cond);
+    if (!worker)
+      finished++;
+    push_done (s);
   }
   pthread_mutex_unlock (&lock);
-  return arg;
+  return NULL;
 }
 
 /* Add d to the in-flight counts of a slot's blocks. */
@@ -188,12 +245,15 @@ complete (struct slot *s, int err)
   }
   else
     count_in_flight (s, writes_in_flight, -1);
+  if (s->refused)
+    count_in_flight (s, refused_in_flight, -1);
   s->busy = false;
   completed++;
 }
 
 /* A random range for a request: 1 block half the time, else up to 16;
- * for a write, one time in eight the range of a write in flight.
+ * for a write, one time in eight the range of a started write in
+ * flight.
  */
 static void
 choose_range (struct slot *s, bool write)
@@ -203,7 +263,8 @@ choose_range (struct slot *s, bool write)
   s->nr = rnd () % 2 ? 1 : 1 + rnd () % MAX_BLOCKS;
   if (write && rnd () % 8 == 0)
     for (i = 0; i < DEPTH; ++i)
-      if (slots[i].busy && slots[i].aio.cmd.op != OP_READ) {
+      if (slots[i].busy && !slots[i].refused &&
+          slots[i].aio.cmd.op != OP_READ) {
         s->first = slots[i].first;
         s->nr = slots[i].nr;
         return;
@@ -211,8 +272,19 @@ choose_range (struct slot *s, bool write)
   s->first = rnd () % (nr_blocks - s->nr + 1);
 }
 
+/* Can a request of this kind go to [first, first+nr)? */
+static bool
+range_free (bool write, uint64_t first, uint64_t nr)
+{
+  if (!write)
+    return !any_in_flight (writes_in_flight, first, nr);
+  return !any_in_flight (reads_in_flight, first, nr) &&
+    !any_in_flight (refused_in_flight, first, nr);
+}
+
 /* Prepare a request in s: a read where no write is in flight, or a write
- * or zeroes where no read is.  The image follows at once.
+ * or zeroes where no read and no write left to the worker is.  The
+ * image follows at once.
  */
 static void
 prepare (struct slot *s)
@@ -223,13 +295,12 @@ prepare (struct slot *s)
 
   for (tries = 0; tries < 16; ++tries) {
     choose_range (s, kind >= 3);
-    if (!any_in_flight (kind < 3 ? writes_in_flight : reads_in_flight,
-                        s->first, s->nr))
+    if (range_free (kind >= 3, s->first, s->nr))
       break;
   }
   if (tries == 16)
     kind = 3;                   /* no free range for it: write instead */
-  while (kind >= 3 && any_in_flight (reads_in_flight, s->first, s->nr))
+  while (kind >= 3 && !range_free (true, s->first, s->nr))
     choose_range (s, false);
   *c = (struct leg_cmd) {
     .buf = s->buf, .count = (uint32_t) (s->nr * BLOCK),
@@ -259,26 +330,6 @@ prepare (struct slot *s)
   count_in_flight (s, writes_in_flight, 1);
 }
 
-/* Run a request the engine would not start with the synchronous call. */
-static int
-run_sync (const struct leg_cmd *c)
-{
-  int err = 0, r;
-
-  switch (c->op) {
-  case OP_READ:
-    r = engine_pread (vol, c->buf, c->count, c->offset, &err);
-    break;
-  case OP_WRITE:
-    r = engine_pwrite (vol, c->buf, c->count, c->offset, c->flags, &err);
-    break;
-  default:
-    r = engine_zero (vol, c->count, c->offset, c->flags, &err);
-    break;
-  }
-  return r == -1 ? err : 0;
-}
-
 /* Issue a request in a free slot. */
 static void
 issue (struct slot *s)
@@ -286,39 +337,48 @@ issue (struct slot *s)
   prepare (s);
   s->aio.done = aio_done;
   s->busy = true;
+  s->refused = false;
   if (engine_aio_start (vol, &s->aio)) {
     started++;
     return;
   }
   refused++;
-  complete (s, run_sync (&s->aio.cmd));
+  s->refused = true;
+  count_in_flight (s, refused_in_flight, 1);
+  pthread_mutex_lock (&lock);
+  push (&work_list, s, &work_cond);
+  pthread_mutex_unlock (&lock);
 }
 
-/* Wait up to a second for completions and check them; every second,
- * apply the deadlines of the requests in flight.
+/* Wait up to a second for the poller's descriptor or the eventfd;
+ * drive the poller, check the completions; every second, apply the
+ * deadlines of the requests in flight.
  */
 static void
-reap (void)
+reap (int poller_fd)
 {
   static uint64_t last_expire;
-  struct timespec ts;
+  struct pollfd fds[2] = {
+    { .fd = poller_fd, .events = POLLIN }, { .fd = done_fd, .events = POLLIN },
+  };
   struct slot *list, *next;
-  uint64_t now;
+  uint64_t now, n;
   unsigned i;
 
-  clock_gettime (CLOCK_REALTIME, &ts);
-  ts.tv_sec++;
+  if (poll (fds, 2, 1000) == -1 && errno != EINTR)
+    die ("poll: %m");
+  if (fds[0].revents & POLLIN)
+    poller_drive (vol->poller);
+  if ((fds[1].revents & POLLIN) && read (done_fd, &n, sizeof n) != sizeof n)
+    die ("eventfd read: %m");
   pthread_mutex_lock (&lock);
-  while (done_list == NULL &&
-         pthread_cond_timedwait (&done_cond, &lock, &ts) != ETIMEDOUT)
-    ;
   list = done_list;
   done_list = NULL;
   pthread_mutex_unlock (&lock);
   now = now_ns ();
   if (now - last_expire >= 1000000000) {
     for (i = 0; i < DEPTH; ++i)
-      if (slots[i].busy)
+      if (slots[i].busy && !slots[i].refused)
         engine_aio_expire (&slots[i].aio, now);
     last_expire = now;
   }
@@ -354,10 +414,13 @@ busy (void)
   return false;
 }
 
-/* Keep DEPTH requests in flight until stopfile exists, then drain. */
+/* Keep DEPTH requests in flight until stopfile exists, then drain;
+ * drive the engine's poller meanwhile.
+ */
 static void
 run (const char *progress, const char *stopfile)
 {
+  int poller_fd = poller_adopt (vol->poller);
   uint64_t reported = 0;
   bool stopping = false;
   unsigned i;
@@ -366,13 +429,15 @@ run (const char *progress, const char *stopfile)
     for (i = 0; i < DEPTH && !stopping; ++i)
       if (!slots[i].busy)
         issue (&slots[i]);
-    reap ();
+    reap (poller_fd);
     if (completed - reported >= 64) {
       report_progress (progress);
       reported = completed;
     }
     stopping = stopping || access (stopfile, F_OK) == 0;
   }
+  if (poller_release (vol->poller) == -1)
+    die ("the poller did not restart");
   report_progress (progress);
 }
 
@@ -448,8 +513,13 @@ allocate (uint64_t size)
   image = calloc (size, 1);
   writes_in_flight = calloc (nr_blocks, sizeof *writes_in_flight);
   reads_in_flight = calloc (nr_blocks, sizeof *reads_in_flight);
-  if (image == NULL || writes_in_flight == NULL || reads_in_flight == NULL)
+  refused_in_flight = calloc (nr_blocks, sizeof *refused_in_flight);
+  if (image == NULL || writes_in_flight == NULL || reads_in_flight == NULL ||
+      refused_in_flight == NULL)
     die ("calloc: %m");
+  done_fd = eventfd (0, EFD_CLOEXEC);
+  if (done_fd == -1)
+    die ("eventfd: %m");
   for (i = 0; i < DEPTH; ++i) {
     slots[i].buf = malloc (MAX_BLOCKS * BLOCK);
     slots[i].want = malloc (MAX_BLOCKS * BLOCK);
@@ -471,14 +541,16 @@ release (void)
   free (image);
   free (writes_in_flight);
   free (reads_in_flight);
+  free (refused_in_flight);
+  close (done_fd);
 }
 
 int
 main (int argc, char *argv[])
 {
-  pthread_t fin;
+  pthread_t threads[2];
   int64_t size;
-  int r;
+  int i, r;
 
   if (argc < 5)
     die ("usage: aio-driver PROGRESS STOPFILE EXPECTED KEY=VALUE...");
@@ -489,9 +561,11 @@ main (int argc, char *argv[])
     die ("the volume is too small: %" PRIi64 " bytes", size);
   size -= size % BLOCK;
   allocate ((uint64_t) size);
-  r = pthread_create (&fin, NULL, finisher, NULL);
-  if (r != 0)
-    die ("pthread_create: %s", strerror (r));
+  for (i = 0; i < 2; ++i) {
+    r = pthread_create (&threads[i], NULL, helper, i ? &threads[i] : NULL);
+    if (r != 0)
+      die ("pthread_create: %s", strerror (r));
+  }
 
   /* Start from a known image: zero the whole volume. */
   {
@@ -502,10 +576,12 @@ main (int argc, char *argv[])
   run (argv[1], argv[2]);
 
   pthread_mutex_lock (&lock);
-  finisher_stop = true;
+  threads_stop = true;
   pthread_cond_signal (&tail_cond);
+  pthread_cond_signal (&work_cond);
   pthread_mutex_unlock (&lock);
-  pthread_join (fin, NULL);
+  for (i = 0; i < 2; ++i)
+    pthread_join (threads[i], NULL);
   wait_healthy ();
   verify_and_save (argv[3], (uint64_t) size);
   engine_stop (vol);

@@ -30,6 +30,17 @@
  * The thread is stopped before nbdkit forks (threads do not survive a
  * fork) and started again after; the epoll set and the connections in
  * it carry over.
+ *
+ * Adoption.  An event loop of our own that already sleeps in the
+ * kernel (the ublk frontend's first queue, which sleeps in io_uring)
+ * can take the poller's place: poller_adopt stops the thread and gives
+ * the loop the epoll descriptor to watch; the loop calls poller_drive
+ * whenever it is readable, and poller_release starts the thread again.
+ * A request that loop started is then completed by the loop's own
+ * thread, which reads the reply: no thread hand-off at all.  One driver
+ * at a time (the thread or the adopter), so the connections still have
+ * one reader; `running` means that somebody drives (conn_detach waits
+ * for the driver's next iteration either way).
  */
 
 #include <config.h>
@@ -54,7 +65,8 @@ struct poller {
   int epfd;
   int kick_fd;
   pthread_t thread;
-  _Atomic bool running;
+  bool thread_running;          /* the poller thread exists */
+  _Atomic bool running;         /* somebody drives: thread or adopter */
   _Atomic bool stop;
   _Atomic uint64_t loops;       /* iterations completed */
   pthread_mutex_t lock;         /* conns[] */
@@ -179,28 +191,38 @@ handle_conn (struct poller *p, struct conn *c, uint32_t events)
   update_events (p, c, r == -1 || (events & (EPOLLHUP | EPOLLERR)));
 }
 
+/* One iteration: wait up to timeout_ms (-1: for ever) for events and
+ * handle them.  Returns -1 if epoll failed.
+ */
+static int
+iterate (struct poller *p, int timeout_ms)
+{
+  struct epoll_event evs[MAX_EVENTS];
+  int n = epoll_wait (p->epfd, evs, MAX_EVENTS, timeout_ms), i;
+
+  if (n == -1 && errno != EINTR) {
+    nbdkit_error ("epoll_wait: %m");
+    return -1;
+  }
+  for (i = 0; i < n; ++i) {
+    if (evs[i].data.ptr == NULL)
+      handle_kick (p);
+    else
+      handle_conn (p, evs[i].data.ptr, evs[i].events);
+  }
+  atomic_fetch_add (&p->loops, 1);
+  return 0;
+}
+
 /* The poller thread. */
 static void *
 poller_thread (void *arg)
 {
   struct poller *p = arg;
-  struct epoll_event evs[MAX_EVENTS];
 
-  while (!atomic_load (&p->stop)) {
-    int n = epoll_wait (p->epfd, evs, MAX_EVENTS, -1), i;
-
-    if (n == -1 && errno != EINTR) {
-      nbdkit_error ("epoll_wait: %m");
+  while (!atomic_load (&p->stop))
+    if (iterate (p, -1) == -1)
       break;
-    }
-    for (i = 0; i < n; ++i) {
-      if (evs[i].data.ptr == NULL)
-        handle_kick (p);
-      else
-        handle_conn (p, evs[i].data.ptr, evs[i].events);
-    }
-    atomic_fetch_add (&p->loops, 1);
-  }
   return NULL;
 }
 
@@ -219,6 +241,7 @@ poller_start (struct poller *p)
     nbdkit_error ("pthread_create: %m");
     return -1;
   }
+  p->thread_running = true;
   p->running = true;
   return 0;
 }
@@ -227,12 +250,42 @@ poller_start (struct poller *p)
 void
 poller_stop (struct poller *p)
 {
-  if (!p->running)
+  if (!p->thread_running)
     return;
   atomic_store (&p->stop, true);
   kick (p);
   pthread_join (p->thread, NULL);
+  p->thread_running = false;
   p->running = false;
+}
+
+/* Take over the driving from the thread (see the note).  Returns the
+ * epoll descriptor to watch for readability.
+ */
+int
+poller_adopt (struct poller *p)
+{
+  poller_stop (p);
+  p->running = true;
+  return p->epfd;
+}
+
+/* The adopter's iteration, once the descriptor is readable. */
+void
+poller_drive (struct poller *p)
+{
+  iterate (p, 0);
+}
+
+/* Give the driving back to a new thread.  Returns 0 or -1 (nobody
+ * drives then: the volume's requests would hang, so the caller says
+ * so).
+ */
+int
+poller_release (struct poller *p)
+{
+  p->running = false;
+  return poller_start (p);
 }
 
 /* Register a connection. */

@@ -21,9 +21,8 @@
  * sleep.  The queue thread reaps CQEs and copies each request's
  * descriptor.  Reads, writes and zeroes that can go without waiting
  * (most of them: aio.c says which) it starts in the engine itself
- * (engine_aio_start); the poller thread that reads the last leg's
- * answer completes them and puts the tag on the done list: one thread
- * hand-off per request.  The rest (flushes, a write whose range is
+ * (engine_aio_start); the thread that reads the last leg's answer
+ * completes them and puts the tag on the done list.  The rest (flushes, a write whose range is
  * busy or whose activity-log extent is cold, a request larger than a
  * piece) it appends to the work list, waking as many idle workers as it
  * brought requests; a worker runs the synchronous engine call.  A
@@ -38,10 +37,15 @@
  * whoever puts one there writes the queue's eventfd if the queue thread
  * sleeps and no wake-up is pending yet (the queue thread always has a
  * read of it in its ring), and the queue thread commits every finished
- * tag in one submission.  A timeout in
- * the ring wakes the queue thread every second to apply the engine's
- * timeout= to the requests it started (engine_aio_expire): nobody else
- * waits on them.  Requests never wait for one another, only for a free
+ * tag in one submission.  The first queue's thread also drives the
+ * engine's poller (poller_adopt: its ring polls the poller's epoll
+ * descriptor, and it reads the legs' replies itself), so the requests
+ * it started are completed in that thread, with no hand-off at all; the
+ * other queues' requests are completed there too and handed over
+ * through their eventfds.  The poller's own thread runs again once that
+ * queue ends.  A timeout in the ring wakes the queue thread every
+ * second to apply the engine's timeout= to the requests it started
+ * (engine_aio_expire): nobody else waits on them.  Requests never wait for one another, only for a free
  * worker.
  *
  * Tag states (struct ublk_tag; each written only by the tag's owner of
@@ -120,6 +124,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -147,9 +152,12 @@
 /* How long to wait for /dev/ublkcID to appear after ADD_DEV. */
 #define UBLK_NODE_WAIT 10
 
-/* user_data of the eventfd read and of the tick (tags are below 4096). */
+/* user_data of the eventfd read, the tick and the poll of the adopted
+ * poller (tags are below 4096).
+ */
 #define EVENTFD_DATA UINT64_MAX
 #define TICK_DATA (UINT64_MAX - 1)
+#define POLLER_DATA (UINT64_MAX - 2)
 
 enum tag_state {
   TAG_KERNEL, TAG_QUEUED, TAG_RUNNING, TAG_ASYNC, TAG_TAIL, TAG_DONE,
@@ -189,6 +197,7 @@ struct ublk_queue {
   int efd;                      /* eventfd: wakes the queue thread */
   uint64_t efd_value;           /* where the eventfd read lands */
   struct __kernel_timespec tick;   /* the period of the deadline checks */
+  int poller_fd;                /* the adopted poller's, or -1 */
   const struct ublksrv_io_desc *descs;   /* the driver's page */
   size_t descs_len;
   char *bufs;
@@ -440,6 +449,16 @@ arm_tick (struct ublk_queue *q)
   io_uring_sqe_set_data64 (sqe, TICK_DATA);
 }
 
+/* Queue a poll of the adopted poller's descriptor. */
+static void
+arm_poller (struct ublk_queue *q)
+{
+  struct io_uring_sqe *sqe = get_sqe (q);
+
+  io_uring_prep_poll_add (sqe, q->poller_fd, POLLIN);
+  io_uring_sqe_set_data64 (sqe, POLLER_DATA);
+}
+
 /* A tick: time out the late legs of the requests started in the
  * engine.
  */
@@ -641,6 +660,10 @@ reap (struct ublk_queue *q)
       expire_started (q);
       arm_tick (q);
     }
+    else if (cqe->user_data == POLLER_DATA) {
+      poller_drive (q->u->v->poller);
+      arm_poller (q);
+    }
     else if (cqe->user_data < q->depth) {
       struct ublk_tag *t = &q->tags[cqe->user_data];
       if (!tag_arrived (q, t, cqe->res) || serve_started (q, t))
@@ -732,16 +755,28 @@ report_setup (struct ublk_queue *q, int err)
   pthread_cond_broadcast (&u->cond);
 }
 
-/* The queue thread. */
+/* The queue thread.  The first queue's drives the engine's poller
+ * while it serves.
+ */
 static void *
 queue_thread (void *arg)
 {
   struct ublk_queue *q = arg;
+  struct poller *p = q->u->v->poller;
   int err = fetch_all (q);
 
   report_setup (q, err);
-  if (err == 0)
-    queue_loop (q);
+  if (err != 0)
+    return NULL;
+  if (q->id == 0) {
+    q->poller_fd = poller_adopt (p);
+    arm_poller (q);
+  }
+  queue_loop (q);
+  if (q->poller_fd >= 0 && poller_release (p) == -1)
+    nbdkit_error ("ublk=%u: the engine's poller did not restart: "
+                  "requests to the legs will hang", q->u->id);
+  q->poller_fd = -1;
   return NULL;
 }
 
@@ -866,6 +901,7 @@ queue_open (struct ublk *u, struct ublk_queue *q, uint16_t id)
   q->id = id;
   q->depth = u->info.queue_depth;
   q->efd = -1;
+  q->poller_fd = -1;
   pthread_mutex_init (&q->lock, NULL);
   pthread_cond_init (&q->work.cond, NULL);
   pthread_cond_init (&q->tails.cond, NULL);
@@ -899,7 +935,7 @@ queue_open (struct ublk *u, struct ublk_queue *q, uint16_t id)
     return -1;
   }
   q->tick = (struct __kernel_timespec) { .tv_sec = 1 };
-  r = io_uring_queue_init_params (q->depth + 2, &q->ring, &p);
+  r = io_uring_queue_init_params (q->depth + 3, &q->ring, &p);
   if (r < 0) {
     nbdkit_error ("ublk=%u: queue %u: io_uring setup: %s", u->id, id,
                   strerror (-r));
