@@ -80,10 +80,12 @@ print_ublk (const json_t *u)
   const char *device = jstr (u, "device"), *state = jstr (u, "state");
 
   printf ("  ublk %s %s, %" PRId64 " queue(s) x %" PRId64 ", %" PRId64
-          " in flight, %" PRId64 " requests%s%s\n",
+          " in flight, %" PRId64 " requests (%" PRId64 " without a worker)"
+          "%s%s\n",
           device ? device : "?", state ? state : "?",
           jint (u, "queues", 0), jint (u, "depth", 0),
           jint (u, "inflight", 0), jint (u, "requests", 0),
+          jint (u, "direct", 0),
           jbool (u, "recovered", false) ? ", recovered" : "",
           jbool (u, "keep", false) ? ", kept at stop" : "");
 }

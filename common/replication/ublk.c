@@ -270,6 +270,7 @@ struct ublk {
   _Atomic bool draining;        /* queues take no new requests */
   _Atomic enum ublk_state state;
   _Atomic uint64_t inflight, requests;
+  _Atomic uint64_t direct;      /* requests served without a worker */
 };
 
 /* ---- kernel commands -------------------------------------------------- */
@@ -633,8 +634,10 @@ serve_started (struct ublk_queue *q, struct ublk_tag *t)
   t->aio.done = started_done;
   t->state = TAG_ASYNC;
   t->in_engine = true;
-  if (engine_aio_start (u->v, &t->aio))
+  if (engine_aio_start (u->v, &t->aio)) {
+    atomic_fetch_add_explicit (&u->direct, 1, memory_order_relaxed);
     return true;              /* t may be DONE already: hands off */
+  }
   t->state = TAG_QUEUED;
   t->in_engine = false;
   return false;
@@ -1446,7 +1449,7 @@ ublk_status_json (struct volume *v)
   struct ublk *u = v->ublk;
   enum ublk_state state = UBLK_STATE_STARTING;
   int queues = (int) v->cfg.ublk_queues, depth = (int) v->cfg.ublk_depth;
-  uint64_t inflight = 0, requests = 0;
+  uint64_t inflight = 0, requests = 0, direct = 0;
   bool recovered = false;
   char device[32];
 
@@ -1461,14 +1464,16 @@ ublk_status_json (struct volume *v)
     }
     inflight = atomic_load (&u->inflight);
     requests = atomic_load (&u->requests);
+    direct = atomic_load (&u->direct);
     recovered = u->recovered;
   }
   snprintf (device, sizeof device, "/dev/ublkb%d", v->cfg.ublk_id);
-  return json_pack ("{s:s, s:i, s:s, s:i, s:i, s:I, s:I, s:b, s:b}",
+  return json_pack ("{s:s, s:i, s:s, s:i, s:i, s:I, s:I, s:I, s:b, s:b}",
                     "device", device, "id", v->cfg.ublk_id,
                     "state", ublk_state_name (state),
                     "queues", queues, "depth", depth,
                     "inflight", (json_int_t) inflight,
                     "requests", (json_int_t) requests,
+                    "direct", (json_int_t) direct,
                     "recovered", recovered, "keep", v->cfg.ublk_keep);
 }

@@ -32,7 +32,9 @@
 #    16, 15 s) on /dev/ublkb0 and on /dev/nbd0 (nbd-client -C 4 on the
 #    same controller), in turn, twice (the host's load drifts): the mean
 #    IOPS and their ratio (the goal is ublk >= 1.5x nbd-client; under
-#    emulation the ratio is what counts).  Printed, not asserted.
+#    emulation the ratio is what counts).  Printed, not asserted; what is
+#    asserted is that requests were started by the queue threads without
+#    a worker (nbdrep status: direct).
 # What was measured goes to KERNEL-TEST lines.
 
 source /test/guest-lib.sh
@@ -248,6 +250,10 @@ for round in 1 2; do
   ublk_write=$(( ublk_write + $(fio_iops /dev/ublkb0 randwrite) ))
   nbd_write=$(( nbd_write + $(fio_iops /dev/nbd0 randwrite) ))
 done
+ublk_requests=$(status_get .volume.ublk.requests)
+ublk_direct=$(status_get .volume.ublk.direct)
+[ "$ublk_direct" -gt 0 ] ||
+  fail "no ublk request was started without a worker ($ublk_requests requests)"
 ublk_read=$(( ublk_read / 2 )) nbd_read=$(( nbd_read / 2 ))
 ublk_write=$(( ublk_write / 2 )) nbd_write=$(( nbd_write / 2 ))
 check_kernel_log >/dev/null
@@ -268,4 +274,5 @@ echo "KERNEL-TEST ublk: $kill_line"
 echo "KERNEL-TEST ublk: $flush_line"
 echo "KERNEL-TEST ublk: fio_randread_4k_iops ublk=$ublk_read nbd_client=$nbd_read ratio=$read_ratio" \
      "fio_randwrite_4k_iops ublk=$ublk_write nbd_client=$nbd_write ratio=$write_ratio" \
-     "goal_1.5x=$goal queues=$queues guest_seconds=$(( SECONDS - start ))"
+     "goal_1.5x=$goal queues=$queues ublk_requests=$ublk_requests" \
+     "direct=$ublk_direct guest_seconds=$(( SECONDS - start ))"
