@@ -23,9 +23,10 @@
  * written there (a read never overlaps a write in flight; a write may
  * overlap started writes, which the range lock orders, but never a
  * write left to the worker, which may not hold its range yet, so the
- * driver's image follows the order of issue).  At the end, once every leg is uptodate
- * again, the whole volume read back must equal the image, which is
- * written to EXPECTED for the test's oracle (every leg equals it).
+ * driver's image follows the order of issue).  At the end, once every
+ * leg is uptodate again, the whole volume read back must equal the
+ * image, which is written to EXPECTED for the test's oracle (every leg
+ * equals it).
  * PROGRESS holds the number of completed requests, rewritten every 64.
  * The last line printed counts the requests: started without waiting,
  * refused (run synchronously by the worker) and finished by the

@@ -94,9 +94,10 @@ cat "$tmpdir/driver.out"
 test "$rc" -eq 0
 
 # started N refused N finished N: all three paths were taken.
-read -r started refused finished < <(
-  sed -n 's/.* started \([0-9]*\) refused \([0-9]*\) finished \([0-9]*\)$/\1 \2 \3/p' \
-    "$tmpdir/driver.out")
+counts=$(tail -n 1 "$tmpdir/driver.out")
+[[ $counts =~ started\ ([0-9]+)\ refused\ ([0-9]+)\ finished\ ([0-9]+)$ ]]
+started=${BASH_REMATCH[1]} refused=${BASH_REMATCH[2]}
+finished=${BASH_REMATCH[3]}
 test "$started" -gt 10000
 test "$refused" -gt 0
 test "$finished" -gt 0

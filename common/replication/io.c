@@ -57,7 +57,7 @@ io_max_piece (struct volume *v)
 /* Mark [offset, offset+count) in the bitmaps of the absent slots. */
 void
 io_mark_absent (struct volume *v, uint16_t absent, uint64_t offset,
-             uint64_t count)
+                uint64_t count)
 {
   uint64_t first = offset / v->cfg.chunk;
   uint64_t last = (offset + count - 1) / v->cfg.chunk;
@@ -121,7 +121,7 @@ common_request_error (const struct ioreq *r, uint16_t legs)
  */
 int
 io_judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
-             uint16_t uptodate, const char *what)
+                uint16_t uptodate, const char *what)
 {
   uint16_t bad = (uint16_t) ((atomic_load (&r->failed) | r->timed_out) & legs);
   int common, first_err = 0;
@@ -130,8 +130,8 @@ io_judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
 
   /* Every leg took it (the common case): nothing to fail. */
   if (bad == 0)
-    return io_is_quorum (v, legs & uptodate & MB_UPTODATE (membership_load (v)))
-      ? 0 : EIO;
+    return io_is_quorum (v, legs & uptodate &
+                         MB_UPTODATE (membership_load (v))) ? 0 : EIO;
 
   common = common_request_error (r, legs);
   if (common != 0)
@@ -290,7 +290,7 @@ io_flush_legs (struct volume *v, uint16_t legs, int *err)
     ioreq_submit (&r, &v->legs[__builtin_ctz (l)], &flush);
   ioreq_wait (&r);
   e = io_judge_write (v, &r, legs, legs & MB_UPTODATE (membership_load (v)),
-                   "flush");
+                      "flush");
   ioreq_destroy (&r);
   volume_wait_changes (v);
   if (e != 0) {

@@ -16,37 +16,35 @@
  * EOPNOTSUPP (kernels built without CONFIG_BLKDEV_UBLK_LEGACY_OPCODES).
  *
  * Threads.  Per queue: one queue thread, which owns the ring (ublk wants
- * every command of a queue from one task, and completes them in that
- * task), and W = min(depth, UBLK_WORKERS_MAX) workers for what may
- * sleep.  The queue thread reaps CQEs and copies each request's
- * descriptor.  Reads, writes and zeroes that can go without waiting
- * (most of them: aio.c says which) it starts in the engine itself
- * (engine_aio_start); the thread that reads the last leg's answer
- * completes them and puts the tag on the done list.  The rest (flushes, a write whose range is
- * busy or whose activity-log extent is cold, a request larger than a
- * piece) it appends to the work list, waking as many idle workers as it
- * brought requests; a worker runs the synchronous engine call.  A
- * request started without a worker that turns out to need a thread
- * that may sleep (a leg failed or timed out, a membership change is
- * being recorded) goes to the queue's finisher thread
- * (engine_aio_finish), not to the workers: an unfinished write still
- * holds its range, and a worker's write to the same range waits for it
- * in the range lock; were the finishing left to workers, all of them
- * (64 for 128 tags) could be waiting so.  The finisher waits for
- * nothing a worker holds.  Finished tags go on the lock-free done list;
- * whoever puts one there writes the queue's eventfd if the queue thread
- * sleeps and no wake-up is pending yet (the queue thread always has a
- * read of it in its ring), and the queue thread commits every finished
- * tag in one submission.  The first queue's thread also drives the
- * engine's poller (poller_adopt: its ring polls the poller's epoll
- * descriptor, and it reads the legs' replies itself), so the requests
- * it started are completed in that thread, with no hand-off at all; the
- * other queues' requests are completed there too and handed over
- * through their eventfds.  The poller's own thread runs again once that
- * queue ends.  A timeout in the ring wakes the queue thread every
- * second to apply the engine's timeout= to the requests it started
- * (engine_aio_expire): nobody else waits on them.  Requests never wait for one another, only for a free
- * worker.
+ * every command of a queue from one task, and completes them in that task),
+ * and W = min(depth, UBLK_WORKERS_MAX) workers for what may sleep.  The
+ * queue thread reaps CQEs and copies each request's descriptor.  Reads,
+ * writes and zeroes that can go without waiting (most of them: aio.c says
+ * which) it starts in the engine itself (engine_aio_start); the thread that
+ * reads the last leg's answer completes them and puts the tag on the done
+ * list.  The rest (flushes, a write whose range is busy or whose
+ * activity-log extent is cold, a request larger than a piece) it appends to
+ * the work list, waking as many idle workers as it brought requests; a
+ * worker runs the synchronous engine call.  A request started without a
+ * worker that turns out to need a thread that may sleep (a leg failed or
+ * timed out, a membership change is being recorded) goes to the queue's
+ * finisher thread (engine_aio_finish), not to the workers: an unfinished
+ * write still holds its range, and a worker's write to the same range waits
+ * for it in the range lock; were the finishing left to workers, all of them
+ * (64 for 128 tags) could be waiting so.  The finisher waits for nothing a
+ * worker holds.  Finished tags go on the lock-free done list; whoever puts
+ * one there writes the queue's eventfd if the queue thread sleeps and no
+ * wake-up is pending yet (the queue thread always has a read of it in its
+ * ring), and the queue thread commits every finished tag in one
+ * submission.  The first queue's thread also drives the engine's poller
+ * (poller_adopt: its ring polls the poller's epoll descriptor, and it reads
+ * the legs' replies itself), so the requests it started are completed in
+ * that thread, with no hand-off at all; the other queues' requests are
+ * completed there too and handed over through their eventfds.  The poller's
+ * own thread runs again once that queue ends.  A timeout in the ring wakes
+ * the queue thread every second to apply the engine's timeout= to the
+ * requests it started (engine_aio_expire): nobody else waits on
+ * them.  Requests never wait for one another, only for a free worker.
  *
  * Tag states (struct ublk_tag; each written only by the tag's owner of
  * the moment, ownership passing through the work list's lock, the done
@@ -54,7 +52,7 @@
  *   KERNEL   a FETCH or COMMIT_AND_FETCH is outstanding   (queue thread)
  *   QUEUED   a request waits on the work list             (queue thread)
  *   RUNNING  a worker serves it                           (worker)
- *   ASYNC    the engine serves it without a worker    (its completion)
+ *   ASYNC    the engine serves it without a worker        (its completion)
  *   TAIL     on the finisher's list, or being finished    (finisher)
  *   DONE     its result is on the done list               (its server)
  *   HELD     it arrived once the queue was draining: left unanswered,
@@ -222,9 +220,10 @@ struct ublk_queue {
   bool finisher_started;
 
   /* Finished tags, pushed by workers, the finisher and the engine's
-   * completions, taken all at once by the queue thread.  The eventfd is written only while the queue thread waits
-   * (waiting), once per wake-up (wake_pending, cleared when the queue
-   * thread reaps the eventfd's read).
+   * completions, taken all at once by the queue thread.  The eventfd
+   * is written only while the queue thread waits (waiting), once per
+   * wake-up (wake_pending, cleared when the queue thread reaps the
+   * eventfd's read).
    */
   struct ublk_tag *_Atomic done;
   _Atomic bool waiting;
