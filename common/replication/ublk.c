@@ -36,12 +36,18 @@
  * one there writes the queue's eventfd if the queue thread sleeps and no
  * wake-up is pending yet (the queue thread always has a read of it in its
  * ring), and the queue thread commits every finished tag in one
- * submission.  The first queue's thread also drives the engine's poller
+ * submission.  One queue's thread also drives the engine's poller
  * (poller_adopt: its ring polls the poller's epoll descriptor, and it reads
  * the legs' replies itself), so the requests it started are completed in
  * that thread, with no hand-off at all; the other queues' requests are
- * completed there too and handed over through their eventfds.  The poller's
- * own thread runs again once that queue ends.  A timeout in the ring wakes
+ * completed there too and handed over through their eventfds.  The first
+ * queue drives at first; at every tick the driver hands the driving to the
+ * queue that started the most requests in the last second if that is more
+ * than twice its own count (the busiest queue completes its requests
+ * itself: with one client process, the queue of that process's CPU).  The
+ * poller's own thread drives again once the driving queue ends
+ * (hand_driving and queue_thread say how a hand-over and an exit that meet
+ * leave exactly one driver).  A timeout in the ring wakes
  * the queue thread every second to apply the engine's timeout= to the
  * requests it started (engine_aio_expire): nobody else waits on
  * them.  Requests never wait for one another, only for a free worker.
@@ -195,7 +201,10 @@ struct ublk_queue {
   int efd;                      /* eventfd: wakes the queue thread */
   uint64_t efd_value;           /* where the eventfd read lands */
   struct __kernel_timespec tick;   /* the period of the deadline checks */
-  int poller_fd;                /* the adopted poller's, or -1 */
+  bool polling;                 /* a poll of the poller is in the ring */
+  _Atomic bool exited;          /* the queue thread has left its loop */
+  _Atomic uint64_t direct;      /* requests started without a worker */
+  _Atomic uint64_t direct_seen; /* direct at the driver's last tick */
   const struct ublksrv_io_desc *descs;   /* the driver's page */
   size_t descs_len;
   char *bufs;
@@ -270,6 +279,12 @@ struct ublk {
   _Atomic enum ublk_state state;
   _Atomic uint64_t inflight, requests;
   _Atomic uint64_t direct;      /* requests served without a worker */
+
+  /* The queue whose thread drives the engine's poller, or NULL (the
+   * poller's own thread does); poller_fd is the descriptor to poll.
+   */
+  struct ublk_queue *_Atomic driver;
+  int poller_fd;
 };
 
 /* ---- kernel commands -------------------------------------------------- */
@@ -449,14 +464,90 @@ arm_tick (struct ublk_queue *q)
   io_uring_sqe_set_data64 (sqe, TICK_DATA);
 }
 
-/* Queue a poll of the adopted poller's descriptor. */
-static void
-arm_poller (struct ublk_queue *q)
+/* Does q's thread drive the engine's poller? */
+static bool
+is_driver (const struct ublk_queue *q)
 {
-  struct io_uring_sqe *sqe = get_sqe (q);
+  return atomic_load (&q->u->driver) == q;
+}
 
-  io_uring_prep_poll_add (sqe, q->poller_fd, POLLIN);
+/* While q drives, keep a poll of the poller's descriptor in its ring. */
+static void
+keep_polling (struct ublk_queue *q)
+{
+  struct io_uring_sqe *sqe;
+
+  if (q->polling || !is_driver (q))
+    return;
+  sqe = get_sqe (q);
+  io_uring_prep_poll_add (sqe, q->u->poller_fd, POLLIN);
   io_uring_sqe_set_data64 (sqe, POLLER_DATA);
+  q->polling = true;
+}
+
+/* The poller's descriptor is readable: drive it if q still drives (the
+ * driving may have moved to another queue meanwhile).
+ */
+static void
+poller_ready (struct ublk_queue *q)
+{
+  q->polling = false;
+  if (is_driver (q))
+    poller_drive (q->u->v->poller);
+  keep_polling (q);
+}
+
+/* Make queue `to` the poller's driver and wake it.  Should its thread
+ * have left its loop, the driving goes back to `back` (a queue, or NULL
+ * for the poller's own thread, which is then started again).  The
+ * exiting thread clears the driver only if it is itself (queue_thread):
+ * each side looks at the other's flag after storing its own, so one of
+ * the two sees the other and the poller always has a driver.
+ */
+static void
+hand_driving (struct ublk *u, struct ublk_queue *to, struct ublk_queue *back)
+{
+  struct ublk_queue *expected = to;
+
+  atomic_store (&u->driver, to);
+  if (!atomic_load (&to->exited)) {
+    wake_queue (to);
+    return;
+  }
+  if (atomic_compare_exchange_strong (&u->driver, &expected, back) &&
+      back == NULL && poller_release (u->v->poller) == -1)
+    nbdkit_error ("ublk=%u: the engine's poller did not restart: "
+                  "requests to the legs will hang", u->id);
+}
+
+/* At a tick of the driving queue q: hand the driving to the queue that
+ * started the most requests in the last second if that is more than
+ * twice as many as q started (its requests are then completed in their
+ * own thread).  Should that queue's thread have left its loop, take the
+ * driving back (see queue_thread for the other side).
+ */
+static void
+move_driver (struct ublk_queue *q)
+{
+  struct ublk *u = q->u;
+  struct ublk_queue *best = q;
+  uint64_t best_n = 0, mine = 0;
+  unsigned i;
+
+  for (i = 0; i < u->nr_queues; ++i) {
+    struct ublk_queue *o = &u->queues[i];
+    uint64_t now = atomic_load (&o->direct);
+    uint64_t n = now - atomic_exchange (&o->direct_seen, now);
+
+    if (o == q)
+      mine = n;
+    if (n > best_n) {
+      best = o;
+      best_n = n;
+    }
+  }
+  if (best != q && best_n > 2 * mine)
+    hand_driving (u, best, q);
 }
 
 /* A tick: time out the late legs of the requests started in the
@@ -635,6 +726,7 @@ serve_started (struct ublk_queue *q, struct ublk_tag *t)
   t->in_engine = true;
   if (engine_aio_start (u->v, &t->aio)) {
     atomic_fetch_add_explicit (&u->direct, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit (&q->direct, 1, memory_order_relaxed);
     return true;              /* t may be DONE already: hands off */
   }
   t->state = TAG_QUEUED;
@@ -660,12 +752,12 @@ reap (struct ublk_queue *q)
     }
     else if (cqe->user_data == TICK_DATA) {
       expire_started (q);
+      if (is_driver (q))
+        move_driver (q);
       arm_tick (q);
     }
-    else if (cqe->user_data == POLLER_DATA) {
-      poller_drive (q->u->v->poller);
-      arm_poller (q);
-    }
+    else if (cqe->user_data == POLLER_DATA)
+      poller_ready (q);
     else if (cqe->user_data < q->depth) {
       struct ublk_tag *t = &q->tags[cqe->user_data];
       if (!tag_arrived (q, t, cqe->res) || serve_started (q, t))
@@ -700,8 +792,13 @@ queue_loop (struct ublk_queue *q)
       io_uring_submit (&q->ring);
       return;
     }
+    keep_polling (q);
+    /* A queue handed the driving wakes this one only if it sees it
+     * waiting: look at the driving again after saying so.
+     */
     atomic_store (&q->waiting, true);
-    sleep = atomic_load (&q->done) == NULL && !queue_finished (q);
+    sleep = atomic_load (&q->done) == NULL && !queue_finished (q) &&
+      (q->polling || !is_driver (q));
     r = sleep ? io_uring_submit_and_wait (&q->ring, 1)
               : io_uring_submit (&q->ring);
     atomic_store (&q->waiting, false);
@@ -763,22 +860,22 @@ report_setup (struct ublk_queue *q, int err)
 static void *
 queue_thread (void *arg)
 {
-  struct ublk_queue *q = arg;
+  struct ublk_queue *q = arg, *me = q;
   struct poller *p = q->u->v->poller;
   int err = fetch_all (q);
 
   report_setup (q, err);
-  if (err != 0)
-    return NULL;
-  if (q->id == 0) {
-    q->poller_fd = poller_adopt (p);
-    arm_poller (q);
-  }
-  queue_loop (q);
-  if (q->poller_fd >= 0 && poller_release (p) == -1)
+  if (err == 0)
+    queue_loop (q);
+  /* Leave the driving to the poller's thread if this queue has it.  A
+   * driver handing it over meanwhile looks at `exited` after storing
+   * the new driver, so one of the two sides sees the other.
+   */
+  atomic_store (&q->exited, true);
+  if (atomic_compare_exchange_strong (&q->u->driver, &me, NULL) &&
+      poller_release (p) == -1)
     nbdkit_error ("ublk=%u: the engine's poller did not restart: "
                   "requests to the legs will hang", q->u->id);
-  q->poller_fd = -1;
   return NULL;
 }
 
@@ -903,7 +1000,6 @@ queue_open (struct ublk *u, struct ublk_queue *q, uint16_t id)
   q->id = id;
   q->depth = u->info.queue_depth;
   q->efd = -1;
-  q->poller_fd = -1;
   pthread_mutex_init (&q->lock, NULL);
   pthread_cond_init (&q->work.cond, NULL);
   pthread_cond_init (&q->tails.cond, NULL);
@@ -1082,7 +1178,8 @@ open_char_device (struct ublk *u)
 }
 
 /* Open the device's files and start every queue; returns once each
- * queue has fetched all its tags.  Returns 0 or -1.
+ * queue has fetched all its tags, the first queue then driving the
+ * engine's poller.  Returns 0 or -1.
  */
 static int
 open_device (struct ublk *u)
@@ -1108,12 +1205,15 @@ open_device (struct ublk *u)
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&u->lock);
     while (u->nr_reported < n)
       pthread_cond_wait (&u->cond, &u->lock);
-    if (u->setup_error == 0)
-      return 0;
-    nbdkit_error ("ublk=%u: the kernel refused the queues' fetches: %s",
-                  u->id, strerror (-u->setup_error));
-    return -1;
+    if (u->setup_error != 0) {
+      nbdkit_error ("ublk=%u: the kernel refused the queues' fetches: %s",
+                    u->id, strerror (-u->setup_error));
+      return -1;
+    }
   }
+  u->poller_fd = poller_adopt (u->v->poller);
+  hand_driving (u, &u->queues[0], NULL);
+  return 0;
 }
 
 /* ---- start and stop -------------------------------------------------- */
