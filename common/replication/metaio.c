@@ -279,11 +279,14 @@ set_members (struct volume *v, uint16_t uptodate)
   uint16_t slots = volume_slot_mask_of (v, uptodate);
   unsigned s;
 
+  /* Atomic: write_bitmaps reads the flags without change_lock. */
   for (s = 0; s < v->sb.max_legs; ++s) {
     if (slots & (1u << s))
-      v->sb.slots[s].flags |= SLOT_MEMBER;
+      __atomic_fetch_or (&v->sb.slots[s].flags, SLOT_MEMBER,
+                         __ATOMIC_RELAXED);
     else
-      v->sb.slots[s].flags &= ~SLOT_MEMBER;
+      __atomic_fetch_and (&v->sb.slots[s].flags, ~(uint32_t) SLOT_MEMBER,
+                          __ATOMIC_RELAXED);
   }
 }
 
@@ -429,7 +432,9 @@ write_bitmaps (struct volume *v, uint16_t legs, bool all)
     return legs;
   for (s = 0; s < MAX_LEGS; ++s) {
     uint64_t p;
-    if (v->bitmaps[s] == NULL || !(v->sb.slots[s].flags & SLOT_ASSIGNED))
+    if (v->bitmaps[s] == NULL ||
+        !(__atomic_load_n (&v->sb.slots[s].flags, __ATOMIC_RELAXED) &
+          SLOT_ASSIGNED))
       continue;
     for (p = all ? 0 : bitmap_next_dirty_page (v->bitmaps[s], 0);
          p < v->layout.bm_pages;

@@ -102,8 +102,11 @@ judge_returning_leg (struct volume *v, struct leg *l, char *why, size_t len)
   slot = sb.slot < v->sb.max_legs ? &v->sb.slots[sb.slot] : NULL;
   if (slot && (slot->flags & SLOT_ASSIGNED) &&
       memcmp (slot->uuid, sb.leg_uuid, 16) == 0) {
+    /* Under v->lock, as status reads them. */
+    pthread_mutex_lock (&v->lock);
     memcpy (l->uuid, sb.leg_uuid, 16);
     l->slot = (int) sb.slot;
+    pthread_mutex_unlock (&v->lock);
     if (!l->inconsistent && gen_equal (sb.gen, v->sb.gen))
       return V_UPTODATE;
     if (gen_equal (sb.gen, slot->bm_gen))

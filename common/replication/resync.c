@@ -495,10 +495,14 @@ assign_slot (struct volume *v, struct leg *l)
                    v->cfg.max_legs);
     return -1;
   }
-  uuid_generate (l->uuid);
-  memcpy (v->sb.slots[s].uuid, l->uuid, 16);
-  v->sb.slots[s].flags = SLOT_ASSIGNED;
+  uuid_generate (v->sb.slots[s].uuid);
+  /* Atomic: write_bitmaps reads the flags without change_lock. */
+  __atomic_store_n (&v->sb.slots[s].flags, SLOT_ASSIGNED, __ATOMIC_RELAXED);
+  /* Under v->lock, as status reads them. */
+  pthread_mutex_lock (&v->lock);
+  memcpy (l->uuid, v->sb.slots[s].uuid, 16);
   l->slot = s;
+  pthread_mutex_unlock (&v->lock);
   return 0;
 }
 

@@ -121,6 +121,16 @@ backup_json (const struct backup_status *b)
                     "since", (json_int_t) b->since);
 }
 
+/* How many connections a leg has now (conns_lock: a reconnect may be
+ * adding them).
+ */
+static unsigned
+leg_nr_conns (struct leg *l)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->conns_lock);
+  return l->nr_conns;
+}
+
 /* One leg.  v->lock held. */
 static json_t *
 leg_json (struct volume *v, struct leg *l)
@@ -146,7 +156,7 @@ leg_json (struct volume *v, struct leg *l)
   json_object_set_new (j, "slot", l->slot >= 0 ? json_integer (l->slot)
                                                : json_null ());
   json_object_set_new (j, "local", json_boolean (l->local));
-  json_object_set_new (j, "connections", json_integer (l->nr_conns));
+  json_object_set_new (j, "connections", json_integer (leg_nr_conns (l)));
   json_object_set_new (j, "inflight",
                        json_integer (atomic_load (&l->inflight)));
   json_object_set_new (j, "zeroes", json_integer (counter (&l->stats.zeroes)));

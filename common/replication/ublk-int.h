@@ -70,8 +70,6 @@ struct ublk_queue {
   struct __kernel_timespec tick;   /* the period of the deadline checks */
   bool polling;                 /* a poll of the poller is in the ring */
   _Atomic bool exited;          /* the queue thread has left its loop */
-  _Atomic uint64_t direct;      /* requests started without a worker */
-  _Atomic uint64_t direct_seen; /* direct at the driver's last tick */
   const struct ublksrv_io_desc *descs;   /* the driver's page */
   size_t descs_len;
   char *bufs;
@@ -201,10 +199,7 @@ extern void ublk_queues_stop (struct ublk *u);
 /* Release what ublk_queue_open allocated. */
 extern void ublk_queue_close (struct ublk_queue *q);
 
-/* Make queue `to` the driver of the engine's poller (see
- * ublk-queue.c).
- */
-extern void ublk_hand_driving (struct ublk *u, struct ublk_queue *to,
-                               struct ublk_queue *back);
+/* Make queue q the driver of the engine's poller (see ublk-queue.c). */
+extern void ublk_hand_driving (struct ublk *u, struct ublk_queue *q);
 
 #endif /* REPLICATE_UBLK_INT_H */

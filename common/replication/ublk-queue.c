@@ -28,13 +28,10 @@
  * the legs' replies itself), so the requests it started are completed in
  * that thread, with no hand-off at all; the other queues' requests are
  * completed there too and handed over through their eventfds.  The first
- * queue drives at first; at every tick the driver hands the driving to the
- * queue that started the most requests in the last second if that is more
- * than twice its own count (the busiest queue completes its requests
- * itself: with one client process, the queue of that process's CPU).  The
- * poller's own thread drives again once the driving queue ends
- * (ublk_hand_driving and queue_thread say how a hand-over and an exit
- * that meet leave exactly one driver).  A timeout in the ring wakes the
+ * queue drives (moving the driving to the busiest queue every second was
+ * tried, and measured no better); the poller's own thread drives again
+ * once that queue ends (ublk_hand_driving and queue_thread say how the
+ * hand-over at start and an exit that meet leave exactly one driver).  A timeout in the ring wakes the
  * queue thread every second to apply the engine's timeout= to the
  * requests it started (engine_aio_expire): nobody else waits on them.
  * Requests never wait for one another, only for a free worker.
@@ -161,8 +158,9 @@ keep_polling (struct ublk_queue *q)
   q->polling = true;
 }
 
-/* The poller's descriptor is readable: drive it if q still drives (the
- * driving may have moved to another queue meanwhile).
+/* The poller's descriptor is readable: drive it if q still drives (its
+ * poll may complete after the driving went back to the poller's
+ * thread).
  */
 static void
 poller_ready (struct ublk_queue *q)
@@ -173,58 +171,26 @@ poller_ready (struct ublk_queue *q)
   keep_polling (q);
 }
 
-/* Make queue `to` the poller's driver and wake it.  Should its thread
- * have left its loop, the driving goes back to `back` (a queue, or NULL
- * for the poller's own thread, which is then started again).  The
+/* Make queue q the poller's driver and wake it.  Should its thread have
+ * left its loop already, the poller's own thread is started again.  The
  * exiting thread clears the driver only if it is itself (queue_thread):
  * each side looks at the other's flag after storing its own, so one of
  * the two sees the other and the poller always has a driver.
  */
 void
-ublk_hand_driving (struct ublk *u, struct ublk_queue *to,
-                   struct ublk_queue *back)
+ublk_hand_driving (struct ublk *u, struct ublk_queue *q)
 {
-  struct ublk_queue *expected = to;
+  struct ublk_queue *expected = q;
 
-  atomic_store (&u->driver, to);
-  if (!atomic_load (&to->exited)) {
-    wake_queue (to);
+  atomic_store (&u->driver, q);
+  if (!atomic_load (&q->exited)) {
+    wake_queue (q);
     return;
   }
-  if (atomic_compare_exchange_strong (&u->driver, &expected, back) &&
-      back == NULL && poller_release (u->v->poller) == -1)
+  if (atomic_compare_exchange_strong (&u->driver, &expected, NULL) &&
+      poller_release (u->v->poller) == -1)
     nbdkit_error ("ublk=%u: the engine's poller did not restart: "
                   "requests to the legs will hang", u->id);
-}
-
-/* At a tick of the driving queue q: hand the driving to the queue that
- * started the most requests in the last second if that is more than
- * twice as many as q started (its requests are then completed in their
- * own thread).  Should that queue's thread have left its loop, take the
- * driving back (see queue_thread for the other side).
- */
-static void
-move_driver (struct ublk_queue *q)
-{
-  struct ublk *u = q->u;
-  struct ublk_queue *best = q;
-  uint64_t best_n = 0, mine = 0;
-  unsigned i;
-
-  for (i = 0; i < u->nr_queues; ++i) {
-    struct ublk_queue *o = &u->queues[i];
-    uint64_t now = atomic_load (&o->direct);
-    uint64_t n = now - atomic_exchange (&o->direct_seen, now);
-
-    if (o == q)
-      mine = n;
-    if (n > best_n) {
-      best = o;
-      best_n = n;
-    }
-  }
-  if (best != q && best_n > 2 * mine)
-    ublk_hand_driving (u, best, q);
 }
 
 /* A tick: time out the late legs of the requests started in the
@@ -403,7 +369,6 @@ serve_started (struct ublk_queue *q, struct ublk_tag *t)
   t->in_engine = true;
   if (engine_aio_start (u->v, &t->aio)) {
     atomic_fetch_add_explicit (&u->direct, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit (&q->direct, 1, memory_order_relaxed);
     return true;              /* t may be DONE already: hands off */
   }
   t->state = TAG_QUEUED;
@@ -429,8 +394,6 @@ reap (struct ublk_queue *q)
     }
     else if (cqe->user_data == TICK_DATA) {
       expire_started (q);
-      if (is_driver (q))
-        move_driver (q);
       arm_tick (q);
     }
     else if (cqe->user_data == POLLER_DATA)
@@ -544,9 +507,9 @@ queue_thread (void *arg)
   report_setup (q, err);
   if (err == 0)
     queue_loop (q);
-  /* Leave the driving to the poller's thread if this queue has it.  A
-   * driver handing it over meanwhile looks at `exited` after storing
-   * the new driver, so one of the two sides sees the other.
+  /* Leave the driving to the poller's thread if this queue has it.
+   * ublk_hand_driving, should it meet this exit, looks at `exited`
+   * after storing the driver, so one of the two sides sees the other.
    */
   atomic_store (&q->exited, true);
   if (atomic_compare_exchange_strong (&q->u->driver, &me, NULL) &&

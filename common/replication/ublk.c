@@ -261,7 +261,7 @@ open_device (struct ublk *u)
     }
   }
   u->poller_fd = poller_adopt (u->v->poller);
-  ublk_hand_driving (u, &u->queues[0], NULL);
+  ublk_hand_driving (u, &u->queues[0]);
   return 0;
 }
 
