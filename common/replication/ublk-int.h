@@ -68,8 +68,8 @@ struct ublk_queue {
   int efd;                      /* eventfd: wakes the queue thread */
   uint64_t efd_value;           /* where the eventfd read lands */
   struct __kernel_timespec tick;   /* the period of the deadline checks */
-  bool polling;                 /* a poll of the poller is in the ring */
-  _Atomic bool exited;          /* the queue thread has left its loop */
+  int poller_fd;                /* the adopted poller's, or -1 */
+  bool polling;                 /* a poll of it is in the ring */
   const struct ublksrv_io_desc *descs;   /* the driver's page */
   size_t descs_len;
   char *bufs;
@@ -145,11 +145,6 @@ struct ublk {
   _Atomic uint64_t inflight, requests;
   _Atomic uint64_t direct;      /* requests served without a worker */
 
-  /* The queue whose thread drives the engine's poller, or NULL (the
-   * poller's own thread does); poller_fd is the descriptor to poll.
-   */
-  struct ublk_queue *_Atomic driver;
-  int poller_fd;
 };
 
 /* ---- helpers for SQE128 commands -------------------------------------- */
@@ -199,7 +194,5 @@ extern void ublk_queues_stop (struct ublk *u);
 /* Release what ublk_queue_open allocated. */
 extern void ublk_queue_close (struct ublk_queue *q);
 
-/* Make queue q the driver of the engine's poller (see ublk-queue.c). */
-extern void ublk_hand_driving (struct ublk *u, struct ublk_queue *q);
 
 #endif /* REPLICATE_UBLK_INT_H */

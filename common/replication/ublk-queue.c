@@ -28,12 +28,12 @@
  * the legs' replies itself), so the requests it started are completed in
  * that thread, with no hand-off at all; the other queues' requests are
  * completed there too and handed over through their eventfds.  The first
- * queue drives (moving the driving to the busiest queue every second was
- * tried, and measured no better); the poller's own thread drives again
- * once that queue ends (ublk_hand_driving and queue_thread say how the
- * hand-over at start and an exit that meet leave exactly one driver).  A timeout in the ring wakes the
- * queue thread every second to apply the engine's timeout= to the
- * requests it started (engine_aio_expire): nobody else waits on them.
+ * queue's thread takes the poller over when it starts serving and gives
+ * it back to the poller's own thread when it ends (moving the driving to
+ * the busiest queue every second was tried, and measured no better).  A
+ * timeout in the ring wakes the queue thread every second to apply the
+ * engine's timeout= to the requests it started (engine_aio_expire):
+ * nobody else waits on them.
  * Requests never wait for one another, only for a free worker.
  *
  * Tag states (struct ublk_tag; each written only by the tag's owner of
@@ -137,60 +137,29 @@ arm_tick (struct ublk_queue *q)
   io_uring_sqe_set_data64 (sqe, TICK_DATA);
 }
 
-/* Does q's thread drive the engine's poller? */
-static bool
-is_driver (const struct ublk_queue *q)
-{
-  return atomic_load (&q->u->driver) == q;
-}
-
-/* While q drives, keep a poll of the poller's descriptor in its ring. */
+/* While q drives the engine's poller, keep a poll of the poller's
+ * descriptor in its ring.
+ */
 static void
 keep_polling (struct ublk_queue *q)
 {
   struct io_uring_sqe *sqe;
 
-  if (q->polling || !is_driver (q))
+  if (q->polling || q->poller_fd < 0)
     return;
   sqe = get_sqe (q);
-  io_uring_prep_poll_add (sqe, q->u->poller_fd, POLLIN);
+  io_uring_prep_poll_add (sqe, q->poller_fd, POLLIN);
   io_uring_sqe_set_data64 (sqe, POLLER_DATA);
   q->polling = true;
 }
 
-/* The poller's descriptor is readable: drive it if q still drives (its
- * poll may complete after the driving went back to the poller's
- * thread).
- */
+/* The poller's descriptor is readable: drive the poller. */
 static void
 poller_ready (struct ublk_queue *q)
 {
   q->polling = false;
-  if (is_driver (q))
-    poller_drive (q->u->v->poller);
+  poller_drive (q->u->v->poller);
   keep_polling (q);
-}
-
-/* Make queue q the poller's driver and wake it.  Should its thread have
- * left its loop already, the poller's own thread is started again.  The
- * exiting thread clears the driver only if it is itself (queue_thread):
- * each side looks at the other's flag after storing its own, so one of
- * the two sees the other and the poller always has a driver.
- */
-void
-ublk_hand_driving (struct ublk *u, struct ublk_queue *q)
-{
-  struct ublk_queue *expected = q;
-
-  atomic_store (&u->driver, q);
-  if (!atomic_load (&q->exited)) {
-    wake_queue (q);
-    return;
-  }
-  if (atomic_compare_exchange_strong (&u->driver, &expected, NULL) &&
-      poller_release (u->v->poller) == -1)
-    nbdkit_error ("ublk=%u: the engine's poller did not restart: "
-                  "requests to the legs will hang", u->id);
 }
 
 /* A tick: time out the late legs of the requests started in the
@@ -433,12 +402,8 @@ queue_loop (struct ublk_queue *q)
       return;
     }
     keep_polling (q);
-    /* A queue handed the driving wakes this one only if it sees it
-     * waiting: look at the driving again after saying so.
-     */
     atomic_store (&q->waiting, true);
-    sleep = atomic_load (&q->done) == NULL && !queue_finished (q) &&
-      (q->polling || !is_driver (q));
+    sleep = atomic_load (&q->done) == NULL && !queue_finished (q);
     r = sleep ? io_uring_submit_and_wait (&q->ring, 1)
               : io_uring_submit (&q->ring);
     atomic_store (&q->waiting, false);
@@ -500,22 +465,20 @@ report_setup (struct ublk_queue *q, int err)
 static void *
 queue_thread (void *arg)
 {
-  struct ublk_queue *q = arg, *me = q;
+  struct ublk_queue *q = arg;
   struct poller *p = q->u->v->poller;
   int err = fetch_all (q);
 
   report_setup (q, err);
-  if (err == 0)
-    queue_loop (q);
-  /* Leave the driving to the poller's thread if this queue has it.
-   * ublk_hand_driving, should it meet this exit, looks at `exited`
-   * after storing the driver, so one of the two sides sees the other.
-   */
-  atomic_store (&q->exited, true);
-  if (atomic_compare_exchange_strong (&q->u->driver, &me, NULL) &&
-      poller_release (p) == -1)
+  if (err != 0)
+    return NULL;
+  if (q->id == 0)
+    q->poller_fd = poller_adopt (p);
+  queue_loop (q);
+  if (q->poller_fd >= 0 && poller_release (p) == -1)
     nbdkit_error ("ublk=%u: the engine's poller did not restart: "
                   "requests to the legs will hang", q->u->id);
+  q->poller_fd = -1;
   return NULL;
 }
 
@@ -640,6 +603,7 @@ ublk_queue_open (struct ublk *u, struct ublk_queue *q, uint16_t id)
   q->id = id;
   q->depth = u->info.queue_depth;
   q->efd = -1;
+  q->poller_fd = -1;
   pthread_mutex_init (&q->lock, NULL);
   pthread_cond_init (&q->work.cond, NULL);
   pthread_cond_init (&q->tails.cond, NULL);

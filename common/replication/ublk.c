@@ -227,8 +227,7 @@ open_char_device (struct ublk *u)
 }
 
 /* Open the device's files and start every queue; returns once each
- * queue has fetched all its tags, the first queue then driving the
- * engine's poller.  Returns 0 or -1.
+ * queue has fetched all its tags.  Returns 0 or -1.
  */
 static int
 open_device (struct ublk *u)
@@ -260,8 +259,6 @@ open_device (struct ublk *u)
       return -1;
     }
   }
-  u->poller_fd = poller_adopt (u->v->poller);
-  ublk_hand_driving (u, &u->queues[0]);
   return 0;
 }
 
