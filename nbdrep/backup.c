@@ -30,8 +30,9 @@
  * manifest; blocks already stored stay (the next backup reuses them,
  * or backup-delete's sweep removes them).
  *
- * Threads: readers (one libnbd connection each) read, hash and
- * compress, and hand jobs over a bounded queue to the main thread,
+ * Threads: readers (backup-read.c, one libnbd connection each) read,
+ * hash and compress, and hand jobs over a bounded queue to the main
+ * thread (its transfers: backup-send.c),
  * which owns the curl multi handle (HEADs and PUTs in flight), the
  * manifest, the progress display and the control connection.  The
  * hash set of blocks known to be stored or on their way is shared
@@ -58,10 +59,10 @@
 #include "cleanup.h"
 #include "backupstore.h"
 #include "nbdrep.h"
+#include "backup-int.h"
 
 #define NR_READERS 2
 #define KEEPALIVE_SECONDS 5.0
-#define MAX_READ (32 * 1024 * 1024)  /* a read when the source says none */
 
 struct backup_opts {
   const char *name;
@@ -70,357 +71,6 @@ struct backup_opts {
   const char *source;
   bool full;
 };
-
-/* A block on its way from a reader to the store. */
-enum job_kind { JOB_ZERO, JOB_KNOWN, JOB_NEW };
-struct job {
-  struct backup *b;
-  enum job_kind kind;
-  uint64_t index;
-  uint8_t hash[BS_HASH_LEN];
-  void *comp;                   /* JOB_NEW: the compressed block */
-  size_t complen;
-  char *key;
-  struct job *next;             /* in the queue, then in the live list */
-};
-
-struct backup {
-  struct bs_store *store;
-  struct bs_manifest *m;
-  const char *source;
-  uint64_t *todo, nr_todo;      /* blocks to read */
-  uint64_t rate;
-
-  pthread_mutex_t lock;         /* protects the fields down to "known" */
-  pthread_cond_t cond;
-  uint64_t next_todo;
-  struct job *queue, *queue_tail;
-  size_t queued;
-  unsigned readers_running;
-  bool failed;
-  double rate_next;             /* when the rate allows the next read */
-  struct bs_hashset *known;
-
-  /* main thread only */
-  struct bs_multi *multi;
-  struct job *live;             /* popped, not finished */
-  size_t nr_live, max_live;
-  uint64_t done_bytes, total_bytes;
-  struct bs_counts counts;
-};
-
-/* Mark the backup failed and wake everyone. */
-static void
-set_failed (struct backup *b)
-{
-  {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&b->lock);
-    b->failed = true;
-    pthread_cond_broadcast (&b->cond);
-  }
-  bs_multi_wakeup (b->multi);
-}
-
-/* Has the backup failed? */
-static bool
-has_failed (struct backup *b)
-{
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&b->lock);
-  return b->failed;
-}
-
-/* Free a job. */
-static void
-job_free (struct job *j)
-{
-  free (j->comp);
-  free (j->key);
-  free (j);
-}
-
-/* ---- readers ----------------------------------------------------- */
-
-/* Wait until the rate cap allows reading len more bytes. */
-static void
-rate_wait (struct backup *b, uint32_t len)
-{
-  double start, wait;
-
-  if (b->rate == 0)
-    return;
-  {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&b->lock);
-    double now = bs_now ();
-    start = b->rate_next > now ? b->rate_next : now;
-    b->rate_next = start + (double) len / (double) b->rate;
-  }
-  wait = start - bs_now ();
-  if (wait > 0)
-    sleep_seconds (wait);
-}
-
-/* The next block to read, or false when none is left or the backup
- * failed.
- */
-static bool
-next_block (struct backup *b, uint64_t *i)
-{
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&b->lock);
-  if (b->failed || b->next_todo == b->nr_todo)
-    return false;
-  *i = b->todo[b->next_todo++];
-  return true;
-}
-
-/* Hand a job to the main thread (waits while the queue is full). */
-static void
-push_job (struct backup *b, struct job *j)
-{
-  {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&b->lock);
-    while (b->queued >= b->max_live && !b->failed)
-      pthread_cond_wait (&b->cond, &b->lock);
-    if (b->failed) {
-      job_free (j);
-      return;
-    }
-    j->next = NULL;
-    if (b->queue_tail)
-      b->queue_tail->next = j;
-    else
-      b->queue = j;
-    b->queue_tail = j;
-    b->queued++;
-  }
-  bs_multi_wakeup (b->multi);
-}
-
-/* Classify a block just read into its job (hash, compress). */
-static int
-make_job (struct backup *b, struct job *j, const char *buf, uint32_t len)
-{
-  int added;
-
-  if (bs_is_zero (buf, len)) {
-    j->kind = JOB_ZERO;
-    return 0;
-  }
-  if (bs_hash (buf, len, j->hash) == -1)
-    return -1;
-  {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&b->lock);
-    added = bs_hashset_add (b->known, j->hash);
-  }
-  if (added == -1) {
-    nbdrep_error ("out of memory");
-    return -1;
-  }
-  j->kind = added ? JOB_NEW : JOB_KNOWN;
-  if (j->kind == JOB_NEW &&
-      (bs_compress (buf, len, &j->comp, &j->complen) == -1 ||
-       (j->key = bs_key_block (b->m->volume, j->hash)) == NULL))
-    return -1;
-  return 0;
-}
-
-/* The largest read the source takes (a block may be larger). */
-static uint32_t
-max_read (struct nbd_handle *h)
-{
-  int64_t max = nbd_get_block_size (h, LIBNBD_SIZE_MAXIMUM);
-
-  return max > 0 && max < MAX_READ ? (uint32_t) max : MAX_READ;
-}
-
-/* Read len bytes at offset in pieces of at most piece bytes. */
-static int
-read_range (struct nbd_handle *h, char *buf, uint32_t len, uint64_t offset,
-            uint32_t piece)
-{
-  while (len > 0) {
-    uint32_t n = len < piece ? len : piece;
-    if (nbd_pread (h, buf, n, offset, 0) == -1)
-      return -1;
-    buf += n;
-    offset += n;
-    len -= n;
-  }
-  return 0;
-}
-
-/* Read, hash and hand over blocks until none is left or the backup
- * failed.  -1 (message printed) on an error.
- */
-static int
-read_blocks (struct backup *b, struct nbd_handle *h, char *buf)
-{
-  uint32_t piece = max_read (h);
-  uint64_t i;
-
-  while (next_block (b, &i)) {
-    uint32_t len = bs_manifest_block_len (b->m, i);
-    uint64_t offset = i * b->m->block_size;
-    struct job *j;
-
-    rate_wait (b, len);
-    if (read_range (h, buf, len, offset, piece) == -1) {
-      nbdrep_error ("reading the volume at %s, offset %" PRIu64 ": %s",
-                    b->source, offset, nbd_get_error ());
-      return -1;
-    }
-    if ((j = calloc (1, sizeof *j)) == NULL) {
-      nbdrep_error ("out of memory");
-      return -1;
-    }
-    j->b = b;
-    j->index = i;
-    if (make_job (b, j, buf, len) == -1) {
-      job_free (j);
-      return -1;
-    }
-    push_job (b, j);
-  }
-  return 0;
-}
-
-/* A reader thread: blocks through a connection of its own. */
-static void *
-reader (void *arg)
-{
-  struct backup *b = arg;
-  struct nbd_handle *h = nbd_create ();
-  char *buf = malloc (b->m->block_size);
-
-  if (h == NULL || buf == NULL) {
-    nbdrep_error ("out of memory");
-    set_failed (b);
-  }
-  else if (nbd_connect_uri (h, b->source) == -1) {
-    nbdrep_error ("cannot read the volume at %s: %s", b->source,
-                  nbd_get_error ());
-    set_failed (b);
-  }
-  else {
-    if (read_blocks (b, h, buf) == -1)
-      set_failed (b);
-    nbd_shutdown (h, 0);
-  }
-  nbd_close (h);
-  free (buf);
-  {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&b->lock);
-    b->readers_running--;
-  }
-  bs_multi_wakeup (b->multi);
-  return NULL;
-}
-
-/* ---- the main thread's side -------------------------------------- */
-
-/* Take a job out of the live list and free it, counting its bytes. */
-static void
-job_done (struct job *j)
-{
-  struct backup *b = j->b;
-  struct job **pp;
-
-  for (pp = &b->live; *pp; pp = &(*pp)->next)
-    if (*pp == j) {
-      *pp = j->next;
-      break;
-    }
-  b->nr_live--;
-  b->done_bytes += bs_manifest_block_len (b->m, j->index);
-  job_free (j);
-}
-
-/* A PUT of a block finished. */
-static void
-put_done (void *opaque, enum bs_result r, struct bs_buf *body UNUSED)
-{
-  struct job *j = opaque;
-
-  if (r != BS_OK) {
-    set_failed (j->b);
-    return;
-  }
-  j->b->counts.uploaded_blocks++;
-  j->b->counts.uploaded_bytes += j->complen;
-  job_done (j);
-}
-
-/* A HEAD of a block finished: stored already, or to be sent. */
-static void
-head_done (void *opaque, enum bs_result r, struct bs_buf *body UNUSED)
-{
-  struct job *j = opaque;
-
-  if (r == BS_OK) {
-    j->b->counts.existing_blocks++;
-    job_done (j);
-  }
-  else if (r == BS_NOT_FOUND) {
-    if (bs_multi_add (j->b->multi, BS_METHOD_PUT, j->key, j->comp,
-                      j->complen, put_done, j) == -1)
-      set_failed (j->b);
-  }
-  else
-    set_failed (j->b);
-}
-
-/* Deal with a job a reader handed over. */
-static void
-start_job (struct backup *b, struct job *j)
-{
-  j->next = b->live;
-  b->live = j;
-  b->nr_live++;
-  b->counts.read_blocks++;
-  if (j->kind == JOB_ZERO) {
-    b->m->zero[j->index] = true;
-    job_done (j);
-    return;
-  }
-  b->m->zero[j->index] = false;
-  memcpy (b->m->hashes[j->index], j->hash, BS_HASH_LEN);
-  if (j->kind == JOB_KNOWN) {
-    b->counts.existing_blocks++;
-    job_done (j);
-  }
-  else if (bs_multi_add (b->multi, BS_METHOD_HEAD, j->key, NULL, 0,
-                         head_done, j) == -1)
-    set_failed (b);
-}
-
-/* Pop the queued jobs while there is room in flight; returns whether
- * everything is finished (readers done, nothing queued or in flight).
- */
-static bool
-take_jobs (struct backup *b)
-{
-  struct job *j;
-  bool readers_done;
-
-  for (;;) {
-    {
-      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&b->lock);
-      readers_done = b->readers_running == 0;
-      j = NULL;
-      if (b->nr_live < b->max_live && b->queue) {
-        j = b->queue;
-        b->queue = j->next;
-        if (b->queue == NULL)
-          b->queue_tail = NULL;
-        b->queued--;
-        pthread_cond_broadcast (&b->cond);
-      }
-    }
-    if (j == NULL)
-      break;
-    start_job (b, j);
-  }
-  return readers_done && b->queue == NULL && b->nr_live == 0;
-}
 
 /* The progress of the backup as an item of progress.c. */
 static void
@@ -501,21 +151,21 @@ run_transfers (struct backup *b, struct ctl *c, const char *token,
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&b->lock);
       b->readers_running++;
     }
-    if (pthread_create (&threads[i], NULL, reader, b) != 0) {
+    if (pthread_create (&threads[i], NULL, backup_reader, b) != 0) {
       nbdrep_error ("pthread_create: %m");
       {
         ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&b->lock);
         b->readers_running--;
       }
-      set_failed (b);
+      backup_set_failed (b);
       n = i;
       break;
     }
   }
-  while (!has_failed (b) && !(finished = take_jobs (b))) {
+  while (!backup_has_failed (b) && !(finished = backup_take_jobs (b))) {
     double now;
     if (bs_multi_run (b->multi, 200) == -1)
-      set_failed (b);
+      backup_set_failed (b);
     now = bs_now ();
     if (now - last_show >= (tty ? 0.25 : 1.0)) {
       show_progress (b, name, started, &scr, tty);
@@ -523,7 +173,7 @@ run_transfers (struct backup *b, struct ctl *c, const char *token,
     }
     if (now - last_check >= KEEPALIVE_SECONDS) {
       if (check_controller (c, token) == -1 || bs_lock_refresh (lock) == -1)
-        set_failed (b);
+        backup_set_failed (b);
       last_check = now;
     }
   }

@@ -16,6 +16,7 @@
  * inspect.c     nbdrep inspect: reading and decoding a leg's metadata
  * inspect-text.c, inspect-json.c   its two renderings
  * backup.c      nbdrep backup (with the controller, to a store)
+ * backup-read.c, backup-send.c   its reader threads, its transfers
  * backups.c     nbdrep backups, backup-delete, backup-verify; open_store
  *
  * Conventions: a subcommand returns its exit status (EXIT_*).  A
