@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* What store.c shares with the two protocols (s3.c, dav.c).
+/* What store.c shares with store-config.c (its target and options) and
+ * the two protocols (s3.c, dav.c).
  *
  * A request is built once (URL, verb, headers, body) and can be run
  * several times: run_sync does it on a pooled easy handle, bs_multi
@@ -32,6 +33,14 @@ struct bs_config {
   unsigned connections, retries;
   double timeout;
 };
+
+/* store-config.c: a target into a configuration with the default
+ * options, an option "KEY=VALUE" into it, and freeing it.  NULL or -1
+ * after nbdkit_error.
+ */
+extern struct bs_config *bs_config_new (const char *target);
+extern int bs_config_set (struct bs_config *cfg, const char *option);
+extern void bs_config_free (struct bs_config *cfg);
 
 struct bs_store {
   struct bs_config *cfg;
