@@ -9,10 +9,10 @@
  *
  * Messages name the parameter as KEY=VALUE, quoted safely
  * (params-text.c).  Numbers are digits only: no sign, no space, no base
- * prefix, no unit where none is expected.  Seconds are parsed with strtod after
- * checking the DIGITS[.DIGITS] form; strtod follows LC_NUMERIC, which
- * is "C" in nbdkit (the server never calls setlocale): other callers
- * must not change LC_NUMERIC either.
+ * prefix, no unit where none is expected.  Seconds are parsed with
+ * strtod after checking the DIGITS[.DIGITS] form; strtod follows
+ * LC_NUMERIC, which is "C" in nbdkit (the server never calls
+ * setlocale): other callers must not change LC_NUMERIC either.
  *
  * Defaults yield to explicit values.  When a key was not given and its
  * default conflicts with a key that was, config_check adjusts the
