@@ -65,6 +65,7 @@ struct ublk_queue {
   unsigned depth;
   struct io_uring ring;
   bool ring_ready;
+  bool ring_deferred;           /* deferred task work (ublk-queue.c) */
   int efd;                      /* eventfd: wakes the queue thread */
   uint64_t efd_value;           /* where the eventfd read lands */
   struct __kernel_timespec tick;   /* the period of the deadline checks */

@@ -69,6 +69,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "ublk-int.h"
@@ -405,7 +406,7 @@ queue_loop (struct ublk_queue *q)
     atomic_store (&q->waiting, true);
     sleep = atomic_load (&q->done) == NULL && !queue_finished (q);
     r = sleep ? io_uring_submit_and_wait (&q->ring, 1)
-              : io_uring_submit (&q->ring);
+              : io_uring_submit_and_get_events (&q->ring);
     atomic_store (&q->waiting, false);
     if (r < 0 && r != -EINTR) {
       nbdkit_error ("ublk=%u: queue %u: io_uring: %s", q->u->id, q->id,
@@ -414,6 +415,17 @@ queue_loop (struct ublk_queue *q)
     }
     reap (q);
   }
+}
+
+/* Enable the ring set up disabled, making this thread its issuer
+ * (liburing 2.3 declares io_uring_enable_rings but does not export it).
+ * Returns 0 or -1 with errno.
+ */
+static int
+enable_ring (struct ublk_queue *q)
+{
+  return syscall (__NR_io_uring_register, q->ring.ring_fd,
+                  IORING_REGISTER_ENABLE_RINGS, NULL, 0) == -1 ? -1 : 0;
 }
 
 /* FETCH every tag and arm the eventfd.  Returns 0 or a negative errno
@@ -433,7 +445,9 @@ fetch_all (struct ublk_queue *q)
   }
   arm_eventfd (q);
   arm_tick (q);
-  r = io_uring_submit (&q->ring);
+  if (q->ring_deferred && enable_ring (q) == -1)
+    return -errno;
+  r = io_uring_submit_and_get_events (&q->ring);
   if (r < 0)
     return r;
   /* A refused fetch completes during the submission. */
@@ -583,6 +597,36 @@ finisher_thread (void *arg)
   return NULL;
 }
 
+/* Set up a queue's ring.  The kernel's completions (ublk's requests,
+ * polls, the eventfd) are posted by task work, run when the queue thread
+ * asks for events (DEFER_TASKRUN, which needs a single issuer): the
+ * sends and receives it makes to the legs in between are not
+ * interrupted to post them one at a time, and each reap finds them
+ * together.  The ring starts disabled so that the queue thread, which
+ * enables it (fetch_all), is its issuer.  Kernels before 6.1 refuse
+ * these flags: the ring is then set up without them.  Returns 0 or a
+ * negative errno.
+ */
+static int
+ring_init (struct ublk_queue *q)
+{
+  const unsigned base = IORING_SETUP_SQE128 | IORING_SETUP_COOP_TASKRUN;
+  struct io_uring_params p = {
+    .flags = base | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
+             IORING_SETUP_R_DISABLED,
+  };
+  int r = io_uring_queue_init_params (q->depth + 3, &q->ring, &p);
+
+  q->ring_deferred = r == 0;
+  if (r == -EINVAL) {
+    p = (struct io_uring_params) { .flags = base };
+    r = io_uring_queue_init_params (q->depth + 3, &q->ring, &p);
+  }
+  nbdkit_debug ("ublk=%u: queue %u: ring %s", q->u->id, q->id,
+                q->ring_deferred ? "with deferred task work" : "plain");
+  return r;
+}
+
 /* Allocate a queue's tags, buffers, eventfd, descriptor page and ring.
  * Returns 0 or -1 after nbdkit_error.
  */
@@ -593,9 +637,6 @@ ublk_queue_open (struct ublk *u, struct ublk_queue *q, uint16_t id)
   const size_t max_descs = (UBLK_MAX_QUEUE_DEPTH *
                             sizeof (struct ublksrv_io_desc) + page - 1)
     / page * page;
-  struct io_uring_params p = {
-    .flags = IORING_SETUP_SQE128 | IORING_SETUP_COOP_TASKRUN,
-  };
   unsigned i;
   int r;
 
@@ -637,7 +678,7 @@ ublk_queue_open (struct ublk *u, struct ublk_queue *q, uint16_t id)
     return -1;
   }
   q->tick = (struct __kernel_timespec) { .tv_sec = 1 };
-  r = io_uring_queue_init_params (q->depth + 3, &q->ring, &p);
+  r = ring_init (q);
   if (r < 0) {
     nbdkit_error ("ublk=%u: queue %u: io_uring setup: %s", u->id, id,
                   strerror (-r));
