@@ -21,7 +21,7 @@
 #include "params-text.h"
 
 /* Append formatted text to the message in err, truncating to errlen. */
-void
+static void __attribute__ ((format (printf, 3, 0)))
 msg_vappend (char *err, size_t errlen, const char *fs, va_list ap)
 {
   size_t used;

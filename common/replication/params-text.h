@@ -6,7 +6,6 @@
 #ifndef REPLICATE_PARAMS_TEXT_H
 #define REPLICATE_PARAMS_TEXT_H
 
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,8 +17,6 @@
 /* The longest path a Unix socket address holds. */
 #define SUN_PATH_MAX (sizeof ((struct sockaddr_un *) 0)->sun_path - 1)
 
-extern void msg_vappend (char *err, size_t errlen, const char *fs, va_list ap)
-  __attribute__ ((format (printf, 3, 0)));
 extern void msg_append (char *err, size_t errlen, const char *fs, ...)
   __attribute__ ((format (printf, 3, 4)));
 extern void msg_append_quoted (char *err, size_t errlen, const char *s);

@@ -26,7 +26,6 @@
 #include <config.h>
 
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -73,17 +72,8 @@ is_unreserved (char c)
 }
 
 /* Write "replica=URI: " and the formatted text.  Returns -1. */
-static int __attribute__ ((format (printf, 4, 5)))
-bad_uri (char *err, size_t errlen, const char *uri, const char *fs, ...)
-{
-  va_list ap;
-
-  msg_begin_value (err, errlen, "replica", uri);
-  va_start (ap, fs);
-  msg_vappend (err, errlen, fs, ap);
-  va_end (ap);
-  return -1;
-}
+#define bad_uri(err, errlen, uri, ...) \
+  msg_bad_value ((err), (errlen), "replica", (uri), __VA_ARGS__)
 
 /* The first whitespace or control character in s, or NULL. */
 static const char *
