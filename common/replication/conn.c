@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* One libnbd connection to a leg: connecting, aborting, closing.
+/* One connection to a leg: connecting, aborting, closing.
  *
- * Life cycle: conn_connect (blocking, with a deadline) -> conn_attach
- * (poller.c: the volume's poller drives it from now on) -> requests ->
- * conn_shutdown (abort: the socket is shut down, libnbd fails every
- * command in flight) -> conn_close (detached from the poller, nothing
- * in flight, then closed).
+ * Life cycle: conn_connect (blocking, with a deadline: libnbd does the
+ * handshake; then, unless the connection is TLS, the engine's wire
+ * takes over its commands) -> conn_attach (poller.c: the volume's
+ * poller drives it from now on) -> requests -> conn_shutdown (abort:
+ * the socket is shut down, the wire or libnbd fails every command in
+ * flight) -> conn_close (detached from the poller, nothing in flight,
+ * then closed: libnbd, still in its ready state, says goodbye).
  */
 
 #include <config.h>
@@ -23,6 +25,7 @@
 
 #include "internal.h"
 #include "cleanup.h"
+#include "wire.h"
 
 /* Wait until the handle's socket is ready for what libnbd wants, at
  * most timeout_ms, then let libnbd proceed (used while nobody else
@@ -54,6 +57,15 @@ step_connect (struct nbd_handle *nbd, int timeout_ms)
   if (pfd.revents & POLLOUT)
     return nbd_aio_notify_write (nbd);
   return 0;
+}
+
+/* Does the engine carry this connection's commands itself (wire.c)?
+ * Not under TLS, whose bytes only libnbd can read and write.
+ */
+static bool
+use_wire (struct nbd_handle *nbd)
+{
+  return replicate_debug_wire && nbd_get_tls_negotiated (nbd) != 1;
 }
 
 /* Connect to the leg's URI, finishing the handshake before the
@@ -110,6 +122,18 @@ conn_connect (struct leg *leg, double timeout, char *err, size_t errlen)
   }
   c->leg = leg;
   c->nbd = nbd;
+  if (use_wire (nbd)) {
+    c->wire = wire_new (c->fd, nbd_get_structured_replies_negotiated (nbd) == 1);
+    if (c->wire == NULL) {
+      snprintf (err, errlen, "calloc: %s", strerror (errno));
+      close (c->fd);
+      free (c);
+      nbd_close (nbd);
+      return NULL;
+    }
+  }
+  nbdkit_debug ("%s: connected, commands through %s", leg->uri,
+                c->wire ? "the engine's wire" : "libnbd");
   return c;
 
  fail:
@@ -155,6 +179,7 @@ conn_close (struct conn *c)
   conn_detach (c);
   disconnect_politely (c->nbd);
   nbd_close (c->nbd);
+  wire_free (c->wire);
   close (c->fd);
   free (c);
 }

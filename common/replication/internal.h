@@ -90,14 +90,20 @@ struct caps_summary {
 
 struct poller;
 
-/* One libnbd handle, driven by the volume's poller (poller.c). */
+struct wire;
+
+/* One connection to a leg, driven by the volume's poller (poller.c):
+ * libnbd's handle (it connected; it carries the commands only when
+ * `wire` is NULL) and the engine's own transmission phase (wire.c).
+ */
 struct conn {
   struct leg *leg;
   struct nbd_handle *nbd;
+  struct wire *wire;        /* NULL: commands go through libnbd */
   int fd;                   /* our duplicate of the handle's socket */
   struct poller *poller;    /* NULL until attached */
   uint32_t events;          /* epoll events registered (poller only) */
-  _Atomic bool want_write;  /* a worker left bytes to send */
+  _Atomic bool want_write;  /* an issuer left bytes to send */
   _Atomic bool dead;        /* out of epoll: the connection died */
   _Atomic unsigned inflight;
   _Atomic unsigned unretired;  /* failed commands libnbd still holds */
@@ -335,6 +341,7 @@ extern int poller_release (struct poller *p);
 extern int conn_attach (struct conn *c, struct poller *p);
 extern void conn_detach (struct conn *c);
 extern void conn_kick_if_needed (struct conn *c);
+extern void conn_want_write (struct conn *c);
 
 /* leg.c */
 extern int leg_open (struct leg *l, double wait, char *err, size_t errlen);
@@ -357,6 +364,9 @@ extern void ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
                              const struct leg_cmd *cmd);
 extern void ioreq_wait (struct ioreq *r);
 extern void conn_wake_deferred (struct conn *c);
+extern void ioreq_slot_done (struct ioslot *s, int err);
+extern int ioreq_slot_extents (struct ioslot *s, uint64_t offset,
+                               const uint32_t *entries, size_t nr_entries);
 extern void ioreq_wait_fua (struct ioreq *r);
 extern void ioreq_fua_flush (struct ioreq *r);
 extern void ioreq_release (struct ioreq *r);

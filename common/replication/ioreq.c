@@ -2,8 +2,9 @@
 /* Requests fanned out to legs: issue, count down, wait, time out.
  *
  * An ioreq lives on the issuing thread's stack.  ioreq_submit sends one
- * command to one leg (libnbd aio for NBD legs, a direct call for the
- * local leg) and adds one to the countdown; each completion callback
+ * command to one leg (the connection's wire for NBD legs, libnbd aio
+ * for TLS ones, a direct call for the local leg) and adds one to the
+ * countdown; each completion callback
  * records its leg's result and subtracts one; the completion that
  * brings the countdown to zero wakes the issuer.  The issuer holds one
  * extra count until it starts waiting, so it sleeps once and is woken
@@ -30,13 +31,13 @@
  * and the deadline is absolute (CLOCK_MONOTONIC, from start_ns) so no
  * clock is read to wait.
  *
- * Callbacks run in poller threads holding their handle's lock: they
- * only record, count and queue the wake-up; they never call into
- * libnbd.
+ * Completions run in the connection's driver (the poller), libnbd's
+ * with their handle's lock held: they only record, count and queue the
+ * wake-up; they never call into libnbd.
  *
  * Timeouts (ioreq_wait): after timeout= seconds, legs still silent are
- * timed out (their sockets are shut down, which makes libnbd complete
- * their commands with an error) unless no other uptodate leg remains,
+ * timed out (their sockets are shut down, which makes the wire or
+ * libnbd complete their commands with an error) unless no other uptodate leg remains,
  * in which case they get a second period first.  Either way the
  * issuer waits for every callback before it returns: no late reply can
  * land in a buffer that has been handed back to nbdkit.
@@ -54,6 +55,7 @@
 
 #include "internal.h"
 #include "cleanup.h"
+#include "wire.h"
 
 /* Largest request the engine sends to a leg in one command (zero
  * requests are split to this size; see io.c).
@@ -228,6 +230,22 @@ finish_leg (struct ioreq *r, unsigned leg, int err, struct conn *c)
     ;
 }
 
+/* One leg's command on connection s->conn is complete (libnbd's
+ * callback, or the wire's reader): count it and record its result.
+ */
+void
+ioreq_slot_done (struct ioslot *s, int err)
+{
+  struct ioreq *r = s->req;
+  struct conn *c = s->conn;
+  struct leg *l = &r->v->legs[s->leg];
+
+  count_latency (&l->stats, (now_ns () - r->start_ns) / 1000);
+  atomic_fetch_sub (&c->inflight, 1);
+  atomic_fetch_sub (&l->inflight, 1);
+  finish_leg (r, s->leg, err, c);
+}
+
 /* libnbd completion callback (handle lock held).
  *
  * A successful command is retired at once (return 1).  A failed one is
@@ -240,40 +258,44 @@ static int
 completion (void *user_data, int *error)
 {
   struct ioslot *s = user_data;
-  struct ioreq *r = s->req;
-  struct conn *c = s->conn;
-  struct leg *l = &r->v->legs[s->leg];
   int err = *error;
 
-  count_latency (&l->stats, (now_ns () - r->start_ns) / 1000);
   if (err != 0)
-    atomic_fetch_add (&c->unretired, 1);
-  atomic_fetch_sub (&c->inflight, 1);
-  atomic_fetch_sub (&l->inflight, 1);
-  finish_leg (r, s->leg, err, c);
+    atomic_fetch_add (&s->conn->unretired, 1);
+  ioreq_slot_done (s, err);
   return err == 0;
 }
 
-/* libnbd extent callback: pass base:allocation extents to the request's
- * extent function.
+/* Pass base:allocation extents (nr_entries numbers: length, type
+ * pairs) starting at offset to the request's extent function.  Returns
+ * 0 or -1.
  */
+int
+ioreq_slot_extents (struct ioslot *s, uint64_t offset,
+                    const uint32_t *entries, size_t nr_entries)
+{
+  struct ioreq *r = s->req;
+  size_t i;
+
+  for (i = 0; i + 1 < nr_entries; i += 2) {
+    uint32_t type = entries[i + 1] & (ENGINE_EXTENT_HOLE | ENGINE_EXTENT_ZERO);
+    if (r->ext_fn (r->ext_opaque, offset, entries[i], type) == -1)
+      return -1;
+    offset += entries[i];
+  }
+  return 0;
+}
+
+/* libnbd extent callback: base:allocation extents to the request. */
 static int
 extent_cb (void *user_data, const char *metacontext, uint64_t offset,
            uint32_t *entries, size_t nr_entries, int *error)
 {
-  struct ioslot *s = user_data;
-  struct ioreq *r = s->req;
-  size_t i;
-
   if (strcmp (metacontext, LIBNBD_CONTEXT_BASE_ALLOCATION) != 0)
     return 0;
-  for (i = 0; i + 1 < nr_entries; i += 2) {
-    uint32_t type = entries[i + 1] & (ENGINE_EXTENT_HOLE | ENGINE_EXTENT_ZERO);
-    if (r->ext_fn (r->ext_opaque, offset, entries[i], type) == -1) {
-      *error = EIO;
-      return -1;
-    }
-    offset += entries[i];
+  if (ioreq_slot_extents (user_data, offset, entries, nr_entries) == -1) {
+    *error = EIO;
+    return -1;
   }
   return 0;
 }
@@ -293,9 +315,9 @@ nbd_flags_for (const struct leg *l, const struct leg_cmd *cmd)
   return f;
 }
 
-/* Issue cmd on an NBD connection.  Returns the cookie or -1. */
+/* Issue cmd through libnbd.  Returns the cookie or -1. */
 static int64_t
-issue_nbd (struct conn *c, const struct leg_cmd *cmd, struct ioslot *s)
+issue_libnbd (struct conn *c, const struct leg_cmd *cmd, struct ioslot *s)
 {
   nbd_completion_callback cb = { .callback = completion, .user_data = s };
   uint32_t f = nbd_flags_for (c->leg, cmd);
@@ -322,6 +344,38 @@ issue_nbd (struct conn *c, const struct leg_cmd *cmd, struct ioslot *s)
   }
   errno = EINVAL;
   return -1;
+}
+
+/* Issue cmd on the connection's own wire (wire.c; libnbd's flags are
+ * the protocol's).  Returns 0 or an errno.
+ */
+static int
+issue_wire (struct conn *c, const struct leg_cmd *cmd, struct ioslot *s)
+{
+  uint16_t f = nbd_flags_for (c->leg, cmd);
+
+  switch (cmd->op) {
+  case OP_READ:
+    return wire_issue (c, NBD_CMD_READ, 0, cmd->buf, cmd->offset,
+                       cmd->count, s);
+  case OP_WRITE:
+    return wire_issue (c, NBD_CMD_WRITE, f, cmd->buf, cmd->offset,
+                       cmd->count, s);
+  case OP_ZERO:
+    if (!c->leg->caps.can_zero)
+      return wire_issue (c, NBD_CMD_WRITE, f & ~LIBNBD_CMD_FLAG_NO_HOLE,
+                         (void *) zeroes (), cmd->offset, cmd->count, s);
+    return wire_issue (c, NBD_CMD_WRITE_ZEROES, f, NULL, cmd->offset,
+                       cmd->count, s);
+  case OP_FLUSH:
+    return wire_issue (c, NBD_CMD_FLUSH, 0, NULL, 0, 0, s);
+  case OP_CACHE:
+    return wire_issue (c, NBD_CMD_CACHE, 0, NULL, cmd->offset, cmd->count, s);
+  case OP_EXTENTS:
+    return wire_issue (c, NBD_CMD_BLOCK_STATUS, f, NULL, cmd->offset,
+                       cmd->count, s);
+  }
+  return EINVAL;
 }
 
 /* Run cmd on the local leg (the plugin underneath), synchronously.
@@ -366,14 +420,22 @@ run_local (struct leg *l, const struct leg_cmd *cmd)
   return r == -1 ? err : 0;
 }
 
-/* The error of an aio call that returned -1: a dead or closed handle
- * means the leg is gone (ENOTCONN), never libnbd's "invalid state".
+/* Issue cmd on connection c.  Returns 0 or an errno: a dead or closed
+ * libnbd handle means the leg is gone (ENOTCONN), never libnbd's
+ * "invalid state".
  */
 static int
-issue_error (struct conn *c)
+issue (struct conn *c, const struct leg_cmd *cmd, struct ioslot *s)
 {
-  int e = nbd_get_errno ();
+  int e;
 
+  if (c->wire)
+    return issue_wire (c, cmd, s);
+  if (issue_libnbd (c, cmd, s) != -1) {
+    conn_kick_if_needed (c);
+    return 0;
+  }
+  e = nbd_get_errno ();
   if (nbd_aio_is_dead (c->nbd) || nbd_aio_is_closed (c->nbd) || e == 0)
     return ENOTCONN;
   return e;
@@ -425,6 +487,7 @@ ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
 {
   unsigned li = l->index;
   struct ioslot *s = &r->slots[li];
+  int e;
 
   r->issued |= 1u << li;
   r->epoch[li] = atomic_load (&l->epoch);
@@ -455,14 +518,12 @@ ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
   s->leg = li;
   atomic_fetch_add (&s->conn->inflight, 1);
   atomic_fetch_add (&l->inflight, 1);
-  if (issue_nbd (s->conn, cmd, s) == -1) {
-    int e = issue_error (s->conn);
+  e = issue (s->conn, cmd, s);
+  if (e != 0) {
     atomic_fetch_sub (&s->conn->inflight, 1);
     atomic_fetch_sub (&l->inflight, 1);
     finish_leg (r, li, e, NULL);
   }
-  else
-    conn_kick_if_needed (s->conn);
   conn_wake_deferred (s->conn);
   if (c == NULL)
     leg_leave (l);

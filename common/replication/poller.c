@@ -1,27 +1,28 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The poller: one thread driving every libnbd connection of a volume.
+/* The poller: one thread driving every leg connection of a volume.
  *
- * Workers issue commands straight from their own threads (libnbd sends
- * at once when the connection is idle).  The poller waits, with epoll,
- * for any connection to become readable, lets libnbd read the replies
- * and run the completion callbacks, and then wakes the workers whose
- * requests completed (conn_wake_deferred: after libnbd has let go of
- * the handle lock).  One thread for all legs means that replies from
- * several legs arriving together cost one wake-up of the poller, and
- * more connections per leg cost no more threads.
+ * Workers issue commands straight from their own threads (the wire,
+ * wire.c, or libnbd on TLS connections, sends at once when nothing is
+ * queued).  The poller waits, with epoll, for any connection to become
+ * readable, has the wire (or libnbd) read the replies and run the
+ * completions, and then wakes the workers whose requests completed
+ * (conn_wake_deferred: after libnbd has let go of the handle lock).
+ * One thread for all legs means that replies from several legs
+ * arriving together cost one wake-up of the poller, and more
+ * connections per leg cost no more threads.
  *
  * A connection is registered for EPOLLIN always, and for EPOLLOUT only
- * while libnbd has bytes left to send.  A worker whose aio call left a
- * partial send sets the connection's want_write flag and kicks the
- * poller (an eventfd), which then adds EPOLLOUT; the poller removes it
- * once libnbd no longer wants to write.  A dead connection is removed
- * from epoll by the poller.  After handling a connection the poller asks
- * libnbd only for its direction (a command queued while a reply was
- * being read is sent from inside notify_read and may leave bytes to
- * send); whether the connection died is asked only when libnbd
- * reported an error or the socket hung up: a dead connection whose
- * socket stays readable keeps reporting events until it is removed, so
- * it cannot be missed.
+ * while it has bytes left to send.  An issuer whose send was partial
+ * sets the connection's want_write flag and kicks the poller (an
+ * eventfd), which then adds EPOLLOUT; the poller removes it once the
+ * connection no longer wants to write.  A dead connection is removed
+ * from epoll by the poller.  After handling a libnbd connection the
+ * poller asks libnbd only for its direction (a command queued while a
+ * reply was being read is sent from inside notify_read and may leave
+ * bytes to send); whether it died is asked only when libnbd reported
+ * an error or the socket hung up: a dead connection whose socket stays
+ * readable keeps reporting events until it is removed, so it cannot be
+ * missed.  A wire says both with two atomic loads, asked every time.
  *
  * Detaching a connection (before closing it) takes it out of epoll and
  * then waits until the poller has finished the loop iteration it may
@@ -58,6 +59,7 @@
 #include "internal.h"
 #include "cleanup.h"
 #include "array.h"
+#include "wire.h"
 
 #define MAX_EVENTS 64
 
@@ -121,9 +123,27 @@ kick (struct poller *p)
     nbdkit_debug ("poller kick: %m");
 }
 
-/* Register for what libnbd wants now (poller thread, or before the
- * thread runs); if it may have died (check_dead), take a dead
- * connection out of epoll.
+/* Has the connection died? */
+static bool
+conn_is_dead (struct conn *c)
+{
+  if (c->wire)
+    return wire_is_dead (c->wire);
+  return nbd_aio_is_dead (c->nbd) || nbd_aio_is_closed (c->nbd);
+}
+
+/* Does the connection have bytes waiting to be sent? */
+static bool
+conn_wants_write (struct conn *c)
+{
+  if (c->wire)
+    return wire_wants_write (c->wire);
+  return nbd_aio_get_direction (c->nbd) & LIBNBD_AIO_DIRECTION_WRITE;
+}
+
+/* Register for what the connection wants now (poller thread, or
+ * before the thread runs); if it may have died (check_dead), take a
+ * dead connection out of epoll.
  */
 static void
 update_events (struct poller *p, struct conn *c, bool check_dead)
@@ -133,14 +153,13 @@ update_events (struct poller *p, struct conn *c, bool check_dead)
 
   if (atomic_load (&c->dead))
     return;
-  if (check_dead &&
-      (nbd_aio_is_dead (c->nbd) || nbd_aio_is_closed (c->nbd))) {
+  if (check_dead && conn_is_dead (c)) {
     epoll_ctl (p->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     atomic_store (&c->dead, true);
     return;
   }
   want = EPOLLIN;
-  if (nbd_aio_get_direction (c->nbd) & LIBNBD_AIO_DIRECTION_WRITE)
+  if (conn_wants_write (c))
     want |= EPOLLOUT;
   if (want == c->events)
     return;
@@ -176,12 +195,21 @@ retire_failed (struct conn *c)
     nbd_aio_command_completed (c->nbd, (uint64_t) cookie);
 }
 
-/* Let libnbd act on what the socket is ready for. */
+/* Let the wire or libnbd act on what the socket is ready for. */
 static void
 handle_conn (struct poller *p, struct conn *c, uint32_t events)
 {
   int r = 0;
 
+  if (c->wire) {
+    if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+      wire_on_readable (c);
+    if (events & EPOLLOUT)
+      wire_on_writable (c);
+    conn_wake_deferred (c);
+    update_events (p, c, true);
+    return;
+  }
   if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
     r = nbd_aio_notify_read (c->nbd);
   else if (events & EPOLLOUT)
@@ -344,16 +372,24 @@ conn_detach (struct conn *c)
     sched_yield ();
 }
 
-/* After issuing a command: if libnbd is left with bytes to send, have
- * the poller wait for the socket to be writable.
+/* An issuer left bytes to send: have the poller wait for the socket
+ * to be writable.
  */
 void
-conn_kick_if_needed (struct conn *c)
+conn_want_write (struct conn *c)
 {
-  if (c->poller &&
-      (nbd_aio_get_direction (c->nbd) & LIBNBD_AIO_DIRECTION_WRITE)) {
+  if (c->poller) {
     atomic_store (&c->want_write, true);
     kick (c->poller);
   }
 }
 
+/* After issuing a command through libnbd: if libnbd is left with bytes
+ * to send, have the poller wait for the socket to be writable.
+ */
+void
+conn_kick_if_needed (struct conn *c)
+{
+  if (nbd_aio_get_direction (c->nbd) & LIBNBD_AIO_DIRECTION_WRITE)
+    conn_want_write (c);
+}

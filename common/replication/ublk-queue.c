@@ -73,6 +73,7 @@
 #include <unistd.h>
 
 #include "ublk-int.h"
+#include "wire.h"
 #include "cleanup.h"
 
 /* Wake the queue thread through its eventfd if it waits, once per
@@ -347,7 +348,8 @@ serve_started (struct ublk_queue *q, struct ublk_tag *t)
 }
 
 /* Reap every CQE: requests the engine cannot start go to the workers in
- * one batch.
+ * one batch; the commands the others send to the legs are corked and
+ * leave together, one system call per leg connection (wire.c).
  */
 static void
 reap (struct ublk_queue *q)
@@ -356,6 +358,7 @@ reap (struct ublk_queue *q)
   struct io_uring_cqe *cqe;
   unsigned head, seen = 0, n = 0;
 
+  wire_cork ();
   io_uring_for_each_cqe (&q->ring, head, cqe) {
     seen++;
     if (cqe->user_data == EVENTFD_DATA) {
@@ -381,6 +384,7 @@ reap (struct ublk_queue *q)
     }
   }
   io_uring_cq_advance (&q->ring, seen);
+  wire_uncork ();
   if (n > 0)
     hand_over (q, &q->work, first, last, n);
 }
