@@ -59,12 +59,30 @@ step_connect (struct nbd_handle *nbd, int timeout_ms)
   return 0;
 }
 
+/* The wire speaks NBD's compact headers only: a libnbd that would
+ * negotiate extended headers (1.18 and later) is told not to.
+ */
+static int
+refuse_extended_headers (struct nbd_handle *nbd UNUSED)
+{
+#ifdef LIBNBD_HAVE_NBD_SET_REQUEST_EXTENDED_HEADERS
+  if (replicate_debug_wire)
+    return nbd_set_request_extended_headers (nbd, false);
+#endif
+  return 0;
+}
+
 /* Does the engine carry this connection's commands itself (wire.c)?
- * Not under TLS, whose bytes only libnbd can read and write.
+ * Not under TLS, whose bytes only libnbd can read and write, nor with
+ * extended headers.
  */
 static bool
 use_wire (struct nbd_handle *nbd)
 {
+#ifdef LIBNBD_HAVE_NBD_GET_EXTENDED_HEADERS_NEGOTIATED
+  if (nbd_get_extended_headers_negotiated (nbd) == 1)
+    return false;
+#endif
   return replicate_debug_wire && nbd_get_tls_negotiated (nbd) != 1;
 }
 
@@ -86,6 +104,7 @@ conn_connect (struct leg *leg, double timeout, char *err, size_t errlen)
   }
   if (nbd_add_meta_context (nbd, LIBNBD_CONTEXT_BASE_ALLOCATION) == -1 ||
       nbd_set_pread_initialize (nbd, false) == -1 ||
+      refuse_extended_headers (nbd) == -1 ||
       nbd_aio_connect_uri (nbd, leg->uri) == -1)
     goto fail;
 

@@ -356,9 +356,10 @@ reap (struct ublk_queue *q)
 {
   struct ublk_tag *first = NULL, *last = NULL;
   struct io_uring_cqe *cqe;
+  struct wire_cork cork;
   unsigned head, seen = 0, n = 0;
 
-  wire_cork ();
+  wire_cork (&cork);
   io_uring_for_each_cqe (&q->ring, head, cqe) {
     seen++;
     if (cqe->user_data == EVENTFD_DATA) {
@@ -384,7 +385,7 @@ reap (struct ublk_queue *q)
     }
   }
   io_uring_cq_advance (&q->ring, seen);
-  wire_uncork ();
+  wire_uncork (&cork);
   if (n > 0)
     hand_over (q, &q->work, first, last, n);
 }

@@ -25,31 +25,34 @@
  * queued before it, is sent at once; what the socket does not take
  * stays queued and the poller is asked to wait for EPOLLOUT
  * (c->want_write and a kick, as for libnbd), then wire_on_writable
- * sends the rest in order, several commands per sendmsg.
- *
- * Corking.  A thread that starts a batch of requests (the ublk queue
- * thread, for every request one io_uring wait brought) calls
- * wire_cork first: its commands then stay queued, the connections they
- * went to are remembered (at most CORK_MAX), and wire_uncork sends each
- * connection's queue in one sendmsg.  Three legs and eight requests:
- * three system calls instead of twenty-four.  Commands other threads
- * issue meanwhile on a held connection queue behind and go out with
- * the batch.  A held connection counts one more command in flight, so
- * leg_close cannot free it before wire_uncork.  Payloads
+ * sends the rest in order, several commands per sendmsg.  Payloads
  * are not copied: the issuer's buffer lives until its completion, and
  * a reply to a command not yet sent whole is refused as a protocol
  * error, so no completion comes before the server has read it all.
+ *
+ * Corking.  A thread that starts a batch of requests (the ublk queue
+ * thread, for every request one io_uring wait brought) calls wire_cork
+ * first: its commands then stay queued, the connections they went to
+ * are remembered (at most WIRE_CORK_MAX), and wire_uncork sends each
+ * connection's queue in one sendmsg.  Three legs and eight requests:
+ * three system calls instead of twenty-four.  Commands other threads
+ * issue meanwhile on a held connection queue behind and go out with
+ * the batch.  A held connection keeps its leg's issue window entered
+ * (leg->users, see leg.c), so leg_close cannot close it before
+ * wire_uncork.
  *
  * Receiving.  Only the connection's driver (the poller thread or the
  * loop that adopted it) reads, so the reader's state needs no lock.
  * Bytes arrive in rbuf; a reply's data larger than what is buffered
  * is received straight into the read's buffer.  Simple and structured
  * replies are both understood (with structured replies negotiated, a
- * server may still answer anything but a successful read simply).  A read succeeds only if its chunks
- * covered every byte asked for (the server may not send overlapping
- * chunks, so their lengths are summed).  Completions run outside the
- * lock, in the driver, and wake their issuers through the connection's
- * wake list as libnbd's callbacks did (ioreq.c).
+ * server may still answer anything but a successful read simply).  A
+ * read succeeds only if its chunks covered every byte asked for (the
+ * server may not send overlapping chunks, so their lengths are
+ * summed); one that did not fails with EIO, the connection stays.
+ * Completions run outside the lock, in the driver, and wake their
+ * issuers through the connection's wake list as libnbd's callbacks
+ * did (ioreq.c).
  *
  * Death.  End of file, a receive or send error, or a protocol error:
  * the socket is shut down, w->dead set under the lock (after which no
@@ -63,6 +66,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -93,7 +97,6 @@ int replicate_debug_wire = 1;   /* exported by the plugin.syms / filter.syms */
 #define MAX_CHUNK_META (16 * 1024 * 1024)   /* block status, errors */
 #define NO_ENTRY UINT32_MAX
 #define MAX_IOV 64              /* vectors per sendmsg (32 commands) */
-#define CORK_MAX 64             /* connections one cork holds */
 
 /* A command in flight. */
 struct entry {
@@ -104,7 +107,7 @@ struct entry {
   uint32_t gen;                 /* the handle's high half */
   uint16_t type;
   uint32_t next;                /* free list, or the send queue */
-  uint32_t sent;                /* bytes of header + payload sent */
+  size_t sent;                  /* bytes of header + payload sent */
   int err;                      /* the first error a chunk reported */
   uint64_t seen;                /* read bytes covered by chunks */
   unsigned char hdr[REQ_SIZE];
@@ -160,14 +163,21 @@ struct wire {
   unsigned char rbuf[RBUF_SIZE];
 };
 
-/* This thread's cork (wire_cork): the connections whose queues it
- * holds.
+/* Each thread's cork (wire_cork), NULL when it has none.  A
+ * pthread key rather than a __thread variable: the plugin is dlopened,
+ * so a __thread variable would live in dynamically allocated TLS,
+ * which thread sanitizers mistake for a race when a thread exits.
  */
-static __thread struct {
-  bool on;
-  unsigned n;
-  struct conn *conns[CORK_MAX];
-} cork;
+static pthread_key_t cork_key;
+static pthread_once_t cork_key_once = PTHREAD_ONCE_INIT;
+
+/* Create the cork key (once). */
+static void
+make_cork_key (void)
+{
+  if (pthread_key_create (&cork_key, NULL) != 0)
+    abort ();
+}
 
 /* Take over a connection's transmission phase (see wire.h). */
 struct wire *
@@ -177,6 +187,7 @@ wire_new (int fd, bool structured)
 
   if (w == NULL)
     return NULL;
+  pthread_once (&cork_key_once, make_cork_key);
   w->fd = fd;
   w->structured = structured;
   w->free_head = w->out_head = w->out_tail = NO_ENTRY;
@@ -467,23 +478,22 @@ fill_entry (struct wire *w, uint32_t i, struct ioslot *s, uint16_t type,
   put32 (e->hdr + 24, count);
 }
 
-/* Under this thread's cork, hold c's queue until wire_uncork (w->lock
- * held).  Returns false if the cork cannot take another connection.
- * The cork counts as a command in flight on c, so c is not closed
- * before wire_uncork has sent its queue.
+/* Under cork k, hold c's queue until wire_uncork (w->lock held;
+ * called inside the leg's issue window).  Returns false if the cork
+ * cannot take another connection.
  */
 static bool
-cork_hold (struct conn *c)
+cork_hold (struct wire_cork *k, struct conn *c)
 {
   struct wire *w = c->wire;
 
   if (w->corked)
     return true;
-  if (cork.n == CORK_MAX)
+  if (k->n == WIRE_CORK_MAX)
     return false;
   w->corked = true;
-  atomic_fetch_add (&c->inflight, 1);
-  cork.conns[cork.n++] = c;
+  atomic_fetch_add (&c->leg->users, 1);   /* as leg_enter, already inside */
+  k->conns[k->n++] = c;
   return true;
 }
 
@@ -493,6 +503,7 @@ wire_issue (struct conn *c, uint16_t type, uint16_t flags, void *buf,
             uint64_t offset, uint32_t count, struct ioslot *s)
 {
   struct wire *w = c->wire;
+  struct wire_cork *k = pthread_getspecific (cork_key);
   bool want = false;
   uint32_t i;
 
@@ -509,7 +520,7 @@ wire_issue (struct conn *c, uint16_t type, uint16_t flags, void *buf,
     /* Sent now only if nothing is queued before it and nobody holds
      * the queue: else the cork's owner or EPOLLOUT sends it.
      */
-    if ((cork.on && cork_hold (c)) || w->corked || w->out_head != i)
+    if ((k && cork_hold (k, c)) || w->corked || w->out_head != i)
       return 0;
     want = push (w);
   }
@@ -520,22 +531,24 @@ wire_issue (struct conn *c, uint16_t type, uint16_t flags, void *buf,
 
 /* Hold this thread's commands in their queues (see wire.h). */
 void
-wire_cork (void)
+wire_cork (struct wire_cork *k)
 {
-  cork.on = true;
+  pthread_once (&cork_key_once, make_cork_key);
+  k->n = 0;
+  pthread_setspecific (cork_key, k);
 }
 
 /* Send every queue held since wire_cork, one system call per
  * connection for all its commands.
  */
 void
-wire_uncork (void)
+wire_uncork (struct wire_cork *k)
 {
   unsigned i;
 
-  cork.on = false;
-  for (i = 0; i < cork.n; ++i) {
-    struct conn *c = cork.conns[i];
+  pthread_setspecific (cork_key, NULL);
+  for (i = 0; i < k->n; ++i) {
+    struct conn *c = k->conns[i];
     struct wire *w = c->wire;
     bool want;
     {
@@ -545,9 +558,9 @@ wire_uncork (void)
     }
     if (want)
       conn_want_write (c);
-    atomic_fetch_sub (&c->inflight, 1);
+    leg_leave (c->leg);         /* the last access to c */
   }
-  cork.n = 0;
+  k->n = 0;
 }
 
 /* The socket can take more: send the queue in order (the driver). */
@@ -577,22 +590,6 @@ wire_is_dead (const struct wire *w)
 }
 
 /* ---- completing -------------------------------------------------------- */
-
-/* The reply to entry i is complete: free it and complete its slot
- * (outside the lock).
- */
-static void
-complete (struct conn *c, uint32_t i, int err)
-{
-  struct wire *w = c->wire;
-  struct ioslot *s;
-
-  {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&w->lock);
-    s = free_entry (w, i);
-  }
-  ioreq_slot_done (s, err);
-}
 
 /* The connection is dead: refuse new commands and fail every command
  * in the table.  No command can enter once dead is set, so one pass
@@ -635,40 +632,36 @@ await (struct wire *w, enum rstate st, void *dst, size_t n)
   w->need = n;
 }
 
-/* Record a chunk's outcome in entry i (first error wins). */
-static void
-note_chunk (struct wire *w, uint32_t i, int err, uint64_t covered)
-{
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&w->lock);
-  struct entry *e = &w->ents[i];
-
-  if (err != 0 && e->err == 0)
-    e->err = err;
-  e->seen += covered;
-}
-
-/* The current chunk is over: complete its command after the last one.
- * A successful read must have had every byte covered.
+/* The current chunk is over: record its outcome in its entry (the
+ * first error wins) and after the last chunk free the entry and
+ * complete the command, outside the lock.  A successful read must
+ * have had every byte covered.
  */
 static void
 end_chunk (struct conn *c, int err, uint64_t covered)
 {
   struct wire *w = c->wire;
   struct current *cur = &w->cur;
-  int final;
+  struct ioslot *s = NULL;
+  int final = 0;
 
-  note_chunk (w, cur->idx, err, covered);
   await (w, R_HEADER, w->hdr, SIMPLE_SIZE);
-  if (!(cur->chunk_flags & NBD_REPLY_FLAG_DONE))
-    return;
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&w->lock);
-    final = w->ents[cur->idx].err;
-    if (final == 0 && cur->type == NBD_CMD_READ &&
-        w->ents[cur->idx].seen != cur->count)
-      final = EIO;
+    struct entry *e = &w->ents[cur->idx];
+
+    if (err != 0 && e->err == 0)
+      e->err = err;
+    e->seen += covered;
+    if (cur->chunk_flags & NBD_REPLY_FLAG_DONE) {
+      final = e->err;
+      if (final == 0 && cur->type == NBD_CMD_READ && e->seen != cur->count)
+        final = EIO;
+      s = free_entry (w, cur->idx);
+    }
   }
-  complete (c, cur->idx, final);
+  if (s)
+    ioreq_slot_done (s, final);
 }
 
 /* Make the current command's fields the reader's (from handle).  A
@@ -785,7 +778,9 @@ within_read (const struct current *cur, uint64_t off, uint64_t len)
 }
 
 /* Block status entries (pbuf, big-endian) to the request's extent
- * function.  Returns 0 or an errno.
+ * function.  Returns 0 or an errno.  The context id is not looked at:
+ * conn_connect asks for base:allocation alone, so no other context may
+ * be answered.
  */
 static int
 deliver_extents (struct conn *c)

@@ -45,9 +45,15 @@ extern int wire_issue (struct conn *c, uint16_t type, uint16_t flags,
 
 /* Batch this thread's commands: from wire_cork to wire_uncork they are
  * queued, then each connection's queue goes out in one system call.
+ * The cork (the caller's, e.g. on its stack) remembers the connections.
  */
-extern void wire_cork (void);
-extern void wire_uncork (void);
+#define WIRE_CORK_MAX 64
+struct wire_cork {
+  unsigned n;
+  struct conn *conns[WIRE_CORK_MAX];
+};
+extern void wire_cork (struct wire_cork *k);
+extern void wire_uncork (struct wire_cork *k);
 
 /* The poller's side (the connection's driver only). */
 extern void wire_on_readable (struct conn *c);
