@@ -70,7 +70,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <endian.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -210,58 +209,26 @@ wire_free (struct wire *w)
   free (w);
 }
 
-/* Store a 16-bit big-endian field (NBD's byte order). */
-static void
-put16 (unsigned char *p, uint16_t x)
+/* Store x in the n bytes at p, big-endian (NBD's byte order). */
+static inline void
+put_be (unsigned char *p, uint64_t x, unsigned n)
 {
-  x = htobe16 (x);
-  memcpy (p, &x, sizeof x);
+  while (n-- > 0) {
+    p[n] = (unsigned char) x;
+    x >>= 8;
+  }
 }
 
-/* Store a 32-bit big-endian field. */
-static void
-put32 (unsigned char *p, uint32_t x)
+/* Load the big-endian number in the n bytes at p. */
+static inline uint64_t
+get_be (const unsigned char *p, unsigned n)
 {
-  x = htobe32 (x);
-  memcpy (p, &x, sizeof x);
-}
+  uint64_t x = 0;
+  unsigned i;
 
-/* Store a 64-bit big-endian field. */
-static void
-put64 (unsigned char *p, uint64_t x)
-{
-  x = htobe64 (x);
-  memcpy (p, &x, sizeof x);
-}
-
-/* Load a 16-bit big-endian field. */
-static uint16_t
-get16 (const unsigned char *p)
-{
-  uint16_t x;
-
-  memcpy (&x, p, sizeof x);
-  return be16toh (x);
-}
-
-/* Load a 32-bit big-endian field. */
-static uint32_t
-get32 (const unsigned char *p)
-{
-  uint32_t x;
-
-  memcpy (&x, p, sizeof x);
-  return be32toh (x);
-}
-
-/* Load a 64-bit big-endian field. */
-static uint64_t
-get64 (const unsigned char *p)
-{
-  uint64_t x;
-
-  memcpy (&x, p, sizeof x);
-  return be64toh (x);
+  for (i = 0; i < n; ++i)
+    x = (x << 8) | p[i];
+  return x;
 }
 
 /* The errno for an NBD error code (the protocol's values are Linux's
@@ -470,12 +437,12 @@ fill_entry (struct wire *w, uint32_t i, struct ioslot *s, uint16_t type,
   e->sent = 0;
   e->err = 0;
   e->seen = 0;
-  put32 (e->hdr, NBD_REQUEST_MAGIC);
-  put16 (e->hdr + 4, flags);
-  put16 (e->hdr + 6, type);
-  put64 (e->hdr + 8, ((uint64_t) e->gen << 32) | i);
-  put64 (e->hdr + 16, offset);
-  put32 (e->hdr + 24, count);
+  put_be (e->hdr, NBD_REQUEST_MAGIC, 4);
+  put_be (e->hdr + 4, flags, 2);
+  put_be (e->hdr + 6, type, 2);
+  put_be (e->hdr + 8, ((uint64_t) e->gen << 32) | i, 8);
+  put_be (e->hdr + 16, offset, 8);
+  put_be (e->hdr + 24, count, 4);
 }
 
 /* Under cork k, hold c's queue until wire_uncork (w->lock held;
@@ -691,9 +658,9 @@ static int
 on_simple (struct conn *c)
 {
   struct wire *w = c->wire;
-  uint32_t err = get32 (w->hdr + 4);
+  uint32_t err = get_be (w->hdr + 4, 4);
 
-  if (start_reply (w, get64 (w->hdr + 8)) == -1)
+  if (start_reply (w, get_be (w->hdr + 8, 8)) == -1)
     return -1;
   w->cur.chunk_flags = NBD_REPLY_FLAG_DONE;
   if (err == 0 && w->cur.type == NBD_CMD_READ && w->structured)
@@ -730,12 +697,12 @@ on_chunk (struct conn *c)
 {
   struct wire *w = c->wire;
   struct current *cur = &w->cur;
-  uint16_t type = get16 (w->hdr + 6);
-  uint32_t len = get32 (w->hdr + 16);
+  uint16_t type = get_be (w->hdr + 6, 2);
+  uint32_t len = get_be (w->hdr + 16, 4);
 
-  if (!w->structured || start_reply (w, get64 (w->hdr + 8)) == -1)
+  if (!w->structured || start_reply (w, get_be (w->hdr + 8, 8)) == -1)
     return -1;
-  cur->chunk_flags = get16 (w->hdr + 4);
+  cur->chunk_flags = get_be (w->hdr + 4, 2);
   cur->chunk_type = type;
   cur->chunk_len = len;
   switch (type) {
@@ -791,7 +758,7 @@ deliver_extents (struct conn *c)
   struct ioslot *s;
 
   for (i = 0; i < n; ++i)
-    ents[i] = get32 (w->pbuf + 4 + 4 * i);
+    ents[i] = get_be (w->pbuf + 4 + 4 * i, 4);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&w->lock);
     s = w->ents[w->cur.idx].slot;
@@ -804,8 +771,8 @@ static int
 error_of_chunk (struct wire *w)
 {
   uint32_t len = w->cur.chunk_len;
-  uint16_t msglen = get16 (w->pbuf + 4);
-  int err = errno_of_nbd (get32 (w->pbuf));
+  uint16_t msglen = get_be (w->pbuf + 4, 2);
+  int err = errno_of_nbd (get_be (w->pbuf, 4));
 
   if (err == 0)
     err = EIO;
@@ -828,7 +795,7 @@ step (struct conn *c)
 
   switch (w->state) {
   case R_HEADER:
-    switch (get32 (w->hdr)) {
+    switch (get_be (w->hdr, 4)) {
     case NBD_SIMPLE_REPLY_MAGIC:
       return on_simple (c);
     case NBD_STRUCTURED_REPLY_MAGIC:
@@ -844,7 +811,7 @@ step (struct conn *c)
     end_chunk (c, 0, cur->count);
     return 0;
   case R_DATA_OFFSET:
-    off = get64 (w->fixed);
+    off = get_be (w->fixed, 8);
     len = cur->chunk_len - 8;
     if (!within_read (cur, off, len))
       return -1;
@@ -854,8 +821,8 @@ step (struct conn *c)
     end_chunk (c, 0, cur->chunk_len - 8);
     return 0;
   case R_HOLE:
-    off = get64 (w->fixed);
-    len = get32 (w->fixed + 8);
+    off = get_be (w->fixed, 8);
+    len = get_be (w->fixed + 8, 4);
     if (!within_read (cur, off, len))
       return -1;
     memset ((char *) cur->buf + (off - cur->offset), 0, len);
