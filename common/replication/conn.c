@@ -142,7 +142,9 @@ conn_connect (struct leg *leg, double timeout, char *err, size_t errlen)
   c->leg = leg;
   c->nbd = nbd;
   if (use_wire (nbd)) {
-    c->wire = wire_new (c->fd, nbd_get_structured_replies_negotiated (nbd) == 1);
+    bool structured = nbd_get_structured_replies_negotiated (nbd) == 1;
+
+    c->wire = wire_new (c->fd, structured);
     if (c->wire == NULL) {
       snprintf (err, errlen, "calloc: %s", strerror (errno));
       close (c->fd);

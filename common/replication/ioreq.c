@@ -4,9 +4,9 @@
  * An ioreq lives on the issuing thread's stack.  ioreq_submit sends one
  * command to one leg (the connection's wire for NBD legs, libnbd aio
  * for TLS ones, a direct call for the local leg) and adds one to the
- * countdown; each completion callback
- * records its leg's result and subtracts one; the completion that
- * brings the countdown to zero wakes the issuer.  The issuer holds one
+ * countdown; each completion records its leg's result and subtracts
+ * one; the completion that brings the countdown to zero wakes the
+ * issuer.  The issuer holds one
  * extra count until it starts waiting, so it sleeps once and is woken
  * once, however many legs there are, and not at all when every leg has
  * answered before it waits.
@@ -26,9 +26,9 @@
  * sequentially consistent read-modify-writes, so the last one sees
  * the others' writes, and the issuer sees them all through the
  * exchange (atomics, which thread sanitizers follow, unlike the futex
- * system calls of rangelock.h).  Compared with a semaphore this saves sem_init,
- * sem_destroy and glibc's cancellation bookkeeping on every request,
- * and the deadline is absolute (CLOCK_MONOTONIC, from start_ns) so no
+ * system calls of rangelock.h).  Compared with a semaphore this saves
+ * sem_init, sem_destroy and glibc's cancellation bookkeeping on every
+ * request, and the deadline is absolute (CLOCK_MONOTONIC, from start_ns) so no
  * clock is read to wait.
  *
  * Completions run in the connection's driver (the poller), libnbd's
@@ -37,10 +37,11 @@
  *
  * Timeouts (ioreq_wait): after timeout= seconds, legs still silent are
  * timed out (their sockets are shut down, which makes the wire or
- * libnbd complete their commands with an error) unless no other uptodate leg remains,
- * in which case they get a second period first.  Either way the
- * issuer waits for every callback before it returns: no late reply can
- * land in a buffer that has been handed back to nbdkit.
+ * libnbd complete their commands with an error) unless no other
+ * uptodate leg remains, in which case they get a second period first.
+ * Either way the issuer waits for every completion before it returns:
+ * no late reply can land in a buffer that has been handed back to
+ * nbdkit.
  */
 
 #include <config.h>
