@@ -20,10 +20,10 @@
  * written).  A command leaves the table only when its reply is
  * complete, or when the connection dies.
  *
- * Sending.  Any thread: under w->lock a command gets its entry, joins
- * the send queue (a list through the entries) and, if nothing is
- * queued before it, is sent at once; what the socket does not take
- * stays queued and the poller is asked to wait for EPOLLOUT
+ * Sending.  Any thread: under w->lock a command gets its entry and,
+ * if nothing is queued before it, is sent at once; otherwise, or for
+ * what the socket does not take, it joins the send queue (a list
+ * through the entries) and the poller is asked to wait for EPOLLOUT
  * (c->want_write and a kick, as for libnbd), then wire_on_writable
  * sends the rest in order, several commands per sendmsg.  Payloads
  * are not copied: the issuer's buffer lives until its completion, and
@@ -65,6 +65,7 @@
 
 #include <config.h>
 
+#include <endian.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -209,26 +210,26 @@ wire_free (struct wire *w)
   free (w);
 }
 
-/* Store x in the n bytes at p, big-endian (NBD's byte order). */
+/* Store x in the n bytes (1 to 8) at p, big-endian (NBD's byte
+ * order): x's low n bytes, moved to the top and swapped, then copied
+ * (n is a constant at every call, so this is a shift, a byte swap and
+ * one store).
+ */
 static inline void
 put_be (unsigned char *p, uint64_t x, unsigned n)
 {
-  while (n-- > 0) {
-    p[n] = (unsigned char) x;
-    x >>= 8;
-  }
+  x = htobe64 (x << (64 - 8 * n));
+  memcpy (p, &x, n);
 }
 
-/* Load the big-endian number in the n bytes at p. */
+/* Load the big-endian number in the n bytes (1 to 8) at p. */
 static inline uint64_t
 get_be (const unsigned char *p, unsigned n)
 {
   uint64_t x = 0;
-  unsigned i;
 
-  for (i = 0; i < n; ++i)
-    x = (x << 8) | p[i];
-  return x;
+  memcpy (&x, p, n);
+  return be64toh (x) >> (64 - 8 * n);
 }
 
 /* The errno for an NBD error code (the protocol's values are Linux's
@@ -364,6 +365,21 @@ advance_queue (struct wire *w, size_t n)
     w->out_tail = NO_ENTRY;
 }
 
+/* sendmsg of cnt vectors, without waiting.  Returns the bytes sent, or
+ * -1 (errno).
+ */
+static ssize_t
+send_iov (struct wire *w, struct iovec *iov, size_t cnt)
+{
+  struct msghdr msg = { .msg_iov = iov, .msg_iovlen = cnt };
+  ssize_t n;
+
+  do
+    n = sendmsg (w->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+  while (n == -1 && errno == EINTR);
+  return n;
+}
+
 /* Send the queue in order, as many commands per system call as
  * MAX_IOV allows, without waiting (w->lock held).  Returns 1 when it is
  * empty, 0 when the socket is full, -1 (errno) on error.
@@ -372,27 +388,41 @@ static int
 flush_queue (struct wire *w)
 {
   struct iovec iov[MAX_IOV];
-  struct msghdr msg = { .msg_iov = iov };
+  size_t cnt;
   ssize_t n;
 
   while (w->out_head != NO_ENTRY) {
     uint32_t i = w->out_head;
 
-    msg.msg_iovlen = 0;
-    while (i != NO_ENTRY && msg.msg_iovlen + 2 <= MAX_IOV) {
-      msg.msg_iovlen += entry_iov (&w->ents[i], iov + msg.msg_iovlen);
+    cnt = 0;
+    while (i != NO_ENTRY && cnt + 2 <= MAX_IOV) {
+      cnt += entry_iov (&w->ents[i], iov + cnt);
       i = w->ents[i].next;
     }
-    n = sendmsg (w->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n == -1) {
-      if (errno == EINTR)
-        continue;
+    n = send_iov (w, iov, cnt);
+    if (n == -1)
       return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
-    }
     advance_queue (w, n);
   }
   atomic_store (&w->out_pending, false);
   return 1;
+}
+
+/* Send entry i alone, at once (w->lock held, the queue empty): the
+ * common case of an idle connection, without the queue's bookkeeping.
+ * Returns true if it went out whole; else e->sent says how much did,
+ * and the caller queues the rest.
+ */
+static bool
+send_alone (struct wire *w, uint32_t i)
+{
+  struct entry *e = &w->ents[i];
+  struct iovec iov[2];
+  ssize_t n = send_iov (w, iov, entry_iov (e, iov));
+
+  if (n > 0)
+    e->sent = n;
+  return e->sent == wire_size (e);
 }
 
 /* Send what the queue holds (w->lock held).  Returns true if bytes are
@@ -483,10 +513,13 @@ wire_issue (struct conn *c, uint16_t type, uint16_t flags, void *buf,
     if (i == NO_ENTRY)
       return ENOMEM;
     fill_entry (w, i, s, type, flags, buf, offset, count);
-    enqueue (w, i);
     /* Sent now only if nothing is queued before it and nobody holds
      * the queue: else the cork's owner or EPOLLOUT sends it.
      */
+    if (k == NULL && !w->corked && w->out_head == NO_ENTRY &&
+        send_alone (w, i))
+      return 0;
+    enqueue (w, i);
     if ((k && cork_hold (k, c)) || w->corked || w->out_head != i)
       return 0;
     want = push (w);
@@ -631,14 +664,13 @@ end_chunk (struct conn *c, int err, uint64_t covered)
     ioreq_slot_done (s, final);
 }
 
-/* Make the current command's fields the reader's (from handle).  A
- * reply to a command not yet sent whole is a protocol error: the
- * entry is still on the send queue, its payload still being read.
+/* Make the current command's fields the reader's (from handle; w->lock
+ * held).  A reply to a command not yet sent whole is a protocol error:
+ * the entry is still on the send queue, its payload still being read.
  */
 static int
-start_reply (struct wire *w, uint64_t handle)
+start_reply_locked (struct wire *w, uint64_t handle)
 {
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&w->lock);
   uint32_t i = lookup (w, handle);
   const struct entry *e;
 
@@ -653,23 +685,47 @@ start_reply (struct wire *w, uint64_t handle)
   return 0;
 }
 
-/* A simple reply's 16 bytes are in.  Returns -1 on a protocol error. */
+/* start_reply_locked, taking the lock. */
+static int
+start_reply (struct wire *w, uint64_t handle)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&w->lock);
+
+  return start_reply_locked (w, handle);
+}
+
+/* A simple reply's 16 bytes are in.  Returns -1 on a protocol error.
+ * Anything but a successful read (whose data follows) ends its command
+ * here: looked up and freed under one lock, the reply to a write costs
+ * one lock round trip.
+ */
 static int
 on_simple (struct conn *c)
 {
   struct wire *w = c->wire;
   uint32_t err = get_be (w->hdr + 4, 4);
+  struct ioslot *s;
+  int final;
 
-  if (start_reply (w, get_be (w->hdr + 8, 8)) == -1)
-    return -1;
-  w->cur.chunk_flags = NBD_REPLY_FLAG_DONE;
-  if (err == 0 && w->cur.type == NBD_CMD_READ && w->structured)
-    return -1;                  /* data must come in chunks */
-  if (err == 0 && w->cur.type == NBD_CMD_READ) {
-    await (w, R_SIMPLE_DATA, w->cur.buf, w->cur.count);
-    return 0;
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&w->lock);
+
+    if (start_reply_locked (w, get_be (w->hdr + 8, 8)) == -1)
+      return -1;
+    w->cur.chunk_flags = NBD_REPLY_FLAG_DONE;
+    if (err == 0 && w->cur.type == NBD_CMD_READ) {
+      if (w->structured)
+        return -1;              /* data must come in chunks */
+      await (w, R_SIMPLE_DATA, w->cur.buf, w->cur.count);
+      return 0;
+    }
+    final = w->ents[w->cur.idx].err;
+    if (final == 0)
+      final = errno_of_nbd (err);
+    s = free_entry (w, w->cur.idx);
   }
-  end_chunk (c, errno_of_nbd (err), 0);
+  await (w, R_HEADER, w->hdr, SIMPLE_SIZE);
+  ioreq_slot_done (s, final);
   return 0;
 }
 
@@ -852,10 +908,14 @@ receive (struct wire *w, void *dst, size_t n)
 
 /* Move awaited bytes from rbuf, or the socket, to w->dst.  Returns 1
  * when they are all in, 0 when the socket has no more for now, -1 when
- * the connection ended.
+ * the connection ended.  *drained is set once a receive came back
+ * shorter than asked: the socket was empty then, and asking again
+ * would only return EAGAIN.  Anything arriving later makes the socket
+ * readable again (epoll is level-triggered), so stopping there loses
+ * nothing and saves a system call per wake-up.
  */
 static int
-fill (struct wire *w)
+fill (struct wire *w, bool *drained)
 {
   while (w->need > 0) {
     size_t n;
@@ -869,9 +929,12 @@ fill (struct wire *w)
       w->need -= n;
       continue;
     }
+    if (*drained)
+      return 0;
     if (w->need >= RBUF_SIZE) {      /* large data: no copy */
       r = receive (w, w->dst, w->need);
       if (r > 0) {
+        *drained = (size_t) r < w->need;
         w->dst += r;
         w->need -= r;
         continue;
@@ -881,6 +944,7 @@ fill (struct wire *w)
       w->rpos = w->rlen = 0;
       r = receive (w, w->rbuf, RBUF_SIZE);
       if (r > 0) {
+        *drained = r < RBUF_SIZE;
         w->rlen = r;
         continue;
       }
@@ -899,11 +963,12 @@ void
 wire_on_readable (struct conn *c)
 {
   struct wire *w = c->wire;
+  bool drained = false;
 
   if (atomic_load (&w->dead))
     return;
   for (;;) {
-    int r = fill (w);
+    int r = fill (w, &drained);
     if (r == 0)
       return;
     if (r == -1 || step (c) == -1)
