@@ -338,6 +338,14 @@ extern void poller_stop (struct poller *p);
 extern int poller_adopt (struct poller *p);
 extern void poller_drive (struct poller *p);
 extern int poller_release (struct poller *p);
+extern void poller_use_thread (struct poller *p);
+extern bool poller_try_lead (struct poller *p);
+extern int poller_lead (struct poller *p, int timeout_ms);
+extern void poller_end_lead (struct poller *p);
+extern void poller_follow (struct poller *p);
+extern void poller_unfollow (struct poller *p);
+extern void poller_look (struct poller *p);
+extern int replicate_debug_lead;   /* -D replicate.lead=0: never lead */
 extern int conn_attach (struct conn *c, struct poller *p);
 extern void conn_detach (struct conn *c);
 extern void conn_kick_if_needed (struct conn *c);

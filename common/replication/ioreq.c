@@ -31,9 +31,17 @@
  * request, and the deadline is absolute (CLOCK_MONOTONIC, from start_ns) so no
  * clock is read to wait.
  *
- * Completions run in the connection's driver (the poller), libnbd's
- * with their handle's lock held: they only record, count and queue the
- * wake-up; they never call into libnbd.
+ * Waiting (wait_until): an issuer whose request is not complete
+ * drives the volume's poller itself if nobody does (it leads, see
+ * poller.c), until its request is complete; its own completions then
+ * run in its own thread and its state never leaves IDLE.  Otherwise it
+ * sleeps as a follower (SLEEPING, counted in the poller); the
+ * completion that moves it to DONE uncounts it.
+ *
+ * Completions run in the connection's driver (the poller thread, a
+ * leading issuer or the adopter), libnbd's with their handle's lock
+ * held: they only record, count and queue the wake-up; they never call
+ * into libnbd, and take no lock an issuer may hold while it waits.
  *
  * Timeouts (ioreq_wait): after timeout= seconds, legs still silent are
  * timed out (their sockets are shut down, which makes the wire or
@@ -47,6 +55,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -169,16 +178,25 @@ count_request (struct leg *l, const struct leg_cmd *cmd)
   }
 }
 
-/* Tell the issuer its request is complete: the last access to r. */
+/* Tell the issuer its request is complete: the last access to r.  An
+ * issuer that slept as a follower (poller.c) is uncounted here, so
+ * that a driver finishing an iteration knows at once whether anybody
+ * still waits for it.
+ */
 static void
 wake_issuer (struct ioreq *r)
 {
+  struct poller *p = r->v->poller;
+
   if (r->on_done) {
     r->on_done (r);
     return;
   }
-  if (atomic_exchange (&r->wake, WAKE_DONE) == WAKE_SLEEPING)
+  if (atomic_exchange (&r->wake, WAKE_DONE) == WAKE_SLEEPING) {
+    if (p)
+      poller_unfollow (p);
     futex_wake (&r->wake, 1);
+  }
 }
 
 /* Wake-ups of issuers are deferred by completion callbacks until the
@@ -556,9 +574,9 @@ time_out_legs (struct ioreq *r, uint32_t legs, double secs)
   }
 }
 
-/* Sleep until the request is complete, or until deadline_ns
- * (CLOCK_MONOTONIC; 0: no limit).  Returns 0 when complete, -1 when
- * the deadline passed first.
+/* Sleep (state SLEEPING) until the request is complete, or until
+ * deadline_ns (CLOCK_MONOTONIC; 0: no limit).  Returns 0 when
+ * complete, -1 when the deadline passed first.
  */
 static int
 sleep_until (struct ioreq *r, uint64_t deadline_ns)
@@ -567,16 +585,95 @@ sleep_until (struct ioreq *r, uint64_t deadline_ns)
     .tv_sec = (time_t) (deadline_ns / 1000000000),
     .tv_nsec = (long) (deadline_ns % 1000000000),
   };
-  uint32_t w = WAKE_IDLE;
 
-  if (!atomic_compare_exchange_strong (&r->wake, &w, WAKE_SLEEPING) &&
-      w == WAKE_DONE)
-    return 0;
   while (atomic_load (&r->wake) != WAKE_DONE)
     if (futex_wait (&r->wake, WAKE_SLEEPING, deadline_ns ? &ts : NULL) == -1 &&
         errno == ETIMEDOUT)
       return atomic_load (&r->wake) == WAKE_DONE ? 0 : -1;
   return 0;
+}
+
+/* Drive the volume's poller (this thread holds its token) until the
+ * request is complete or deadline_ns passes, then give the token
+ * back.  Returns 0 when complete, -1 at the deadline, -2 if epoll
+ * failed (the caller sleeps instead).
+ */
+static int
+lead_until (struct ioreq *r, struct poller *p, uint64_t deadline_ns)
+{
+  int rc = 0;
+
+  while (atomic_load (&r->wake) != WAKE_DONE) {
+    uint64_t now, ms = 0;
+
+    if (deadline_ns != 0) {
+      now = now_ns ();
+      if (now >= deadline_ns) {
+        rc = -1;
+        break;
+      }
+      ms = (deadline_ns - now + 999999) / 1000000;
+    }
+    if (poller_lead (p, deadline_ns == 0 ? -1 : ms > INT_MAX ? INT_MAX
+                     : (int) ms) == -1) {
+      rc = -2;
+      break;
+    }
+  }
+  poller_end_lead (p);
+  return rc;
+}
+
+/* Count the issuer as a follower: its state becomes SLEEPING (it may
+ * be already, after a wait that timed out).  Returns false if the
+ * request is complete.
+ */
+static bool
+become_follower (struct ioreq *r)
+{
+  uint32_t w = WAKE_IDLE;
+
+  if (atomic_compare_exchange_strong (&r->wake, &w, WAKE_SLEEPING)) {
+    if (r->v->poller)
+      poller_follow (r->v->poller);
+    return true;
+  }
+  return w != WAKE_DONE;
+}
+
+/* Wait until the request is complete, or until deadline_ns (0: no
+ * limit): lead the poller if nobody drives it, else sleep as a
+ * follower (see poller.c).  After counting itself as a follower the
+ * issuer tries the token once more: a leader that gave it back in
+ * between may not have seen the count.  If epoll fails under a leader
+ * (it cannot, short of a bug) the issuer only sleeps from then on.
+ * Returns 0 when complete, -1 when the deadline passed first.
+ */
+static int
+wait_until (struct ioreq *r, uint64_t deadline_ns)
+{
+  struct poller *p = r->v->poller;
+  uint32_t w = WAKE_SLEEPING;
+  int rc;
+
+  if (p && poller_try_lead (p)) {
+    rc = lead_until (r, p, deadline_ns);
+    if (rc != -2)
+      return rc;
+    p = NULL;
+  }
+  if (!become_follower (r))
+    return 0;
+  if (p && poller_try_lead (p)) {
+    if (atomic_compare_exchange_strong (&r->wake, &w, WAKE_IDLE))
+      poller_unfollow (p);
+    rc = lead_until (r, p, deadline_ns);
+    if (rc != -2)
+      return rc;
+    if (!become_follower (r))
+      return 0;
+  }
+  return sleep_until (r, deadline_ns);
 }
 
 /* Wait until every leg has answered, timing out silent legs (see the
@@ -594,7 +691,7 @@ ioreq_wait (struct ioreq *r)
 
   if (atomic_fetch_sub (&r->pending, 1) == 1)
     return;
-  while (sleep_until (r, deadline) == -1) {
+  while (wait_until (r, deadline) == -1) {
     silent = r->issued & ~atomic_load (&r->done);
     up = MB_UPTODATE (membership_load (r->v));
     if (silent != 0 && !extended && (up & silent) && !(up & ~silent)) {
@@ -604,7 +701,7 @@ ioreq_wait (struct ioreq *r)
     }
     if (silent != 0)
       time_out_legs (r, silent, extended ? 2 * t : t);
-    sleep_until (r, 0);
+    wait_until (r, 0);
     return;
   }
 }

@@ -317,14 +317,20 @@ connection_lost (struct leg *l)
 
 /* Fail the legs in use whose server went away, without waiting for a
  * request to find out (on an idle volume a dead leg would otherwise
- * look uptodate, and be picked as a backup's source).  v->lock held
- * (dropped around the work).
+ * look uptodate, and be picked as a backup's source).  When nobody
+ * drives the poller (an idle volume whose issuers lead, see poller.c),
+ * the monitor looks at the connections itself first, so that an end
+ * of stream is seen within its tick.  v->lock held (dropped around
+ * the work).
  */
 static void
 check_connections (struct volume *v)
 {
   size_t i;
 
+  pthread_mutex_unlock (&v->lock);
+  poller_look (v->poller);
+  pthread_mutex_lock (&v->lock);
   for (i = 0; i < v->nr_legs; ++i) {
     struct leg *l = &v->legs[i];
     enum leg_state st = atomic_load (&l->state);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The poller: one thread driving every leg connection of a volume.
+/* The poller: one epoll loop driving every leg connection of a
+ * volume, run by its thread or by an issuer waiting for its request.
  *
  * Workers issue commands straight from their own threads (the wire,
  * wire.c, or libnbd on TLS connections, sends at once when nothing is
@@ -25,23 +26,46 @@
  * missed.  A wire says both with two atomic loads, asked every time.
  *
  * Detaching a connection (before closing it) takes it out of epoll and
- * then waits until the poller has finished the loop iteration it may
- * be in, so the poller never touches a freed connection.
+ * then, if somebody drives, waits until the loop iteration it may be
+ * in has finished, so no driver touches a freed connection.
  *
  * The thread is stopped before nbdkit forks (threads do not survive a
  * fork) and started again after; the epoll set and the connections in
  * it carry over.
  *
+ * Leader and followers.  Driving is a token (p->driving): whoever
+ * holds it runs the loop's iterations, so the connections still have
+ * one reader at a time.  An issuer that waits for its request
+ * (ioreq_wait) takes the token if nobody holds it and drives itself
+ * until its request is complete: it reads its own replies, and at low
+ * queue depth no other thread is woken at all (the poller thread would
+ * have been woken by the reply, and would then have woken the issuer).
+ * An issuer that finds the token taken sleeps as a follower
+ * (p->followers counts them; the completion that wakes one uncounts
+ * it), and the holder's iterations complete its request.  A leader
+ * whose request is complete gives the token back and, if followers are
+ * left, wakes the poller thread, which drives while there are any
+ * (at high queue depth it keeps the token, as before).  Giving back and
+ * joining are ordered like Dekker's: the leader stores the token free
+ * and then reads the count, a follower counts itself and then tries
+ * the token, so one of them sees the other.  The thread itself sleeps
+ * on a futex (thread_seq) when nobody needs it.  Nobody drives an idle
+ * volume then, so the monitor runs one iteration at each tick
+ * (poller_look) to hear of connections that ended.  -D
+ * replicate.lead=0 leaves all the driving to the thread.
+ *
  * Adoption.  An event loop of our own that already sleeps in the
  * kernel (the ublk frontend's first queue, which sleeps in io_uring)
- * can take the poller's place: poller_adopt stops the thread and gives
- * the loop the epoll descriptor to watch; the loop calls poller_drive
- * whenever it is readable, and poller_release starts the thread again.
- * A request that loop started is then completed by the loop's own
- * thread, which reads the reply: no thread hand-off at all.  One driver
- * at a time (the thread or the adopter), so the connections still have
- * one reader; `running` means that somebody drives (conn_detach waits
- * for the driver's next iteration either way).
+ * can take the poller's place: poller_adopt stops the thread, takes
+ * the token for good and gives the loop the epoll descriptor to watch;
+ * the loop calls poller_drive whenever it is readable, and
+ * poller_release gives the token back and starts the thread again.  A
+ * request that loop started is then completed by the loop's own
+ * thread, which reads the reply: no thread hand-off at all.  A volume
+ * with a ublk frontend has requests nobody waits for (ioreq on_done),
+ * so before its queues start its issuers stop leading
+ * (poller_use_thread): from then on the thread, or the adopter, drives
+ * all the time.
  */
 
 #include <config.h>
@@ -59,7 +83,10 @@
 #include "internal.h"
 #include "cleanup.h"
 #include "array.h"
+#include "rangelock.h"
 #include "wire.h"
+
+int replicate_debug_lead = 1;   /* exported by the plugin.syms / filter.syms */
 
 #define MAX_EVENTS 64
 
@@ -68,8 +95,11 @@ struct poller {
   int kick_fd;
   pthread_t thread;
   bool thread_running;          /* the poller thread exists */
-  _Atomic bool running;         /* somebody drives: thread or adopter */
   _Atomic bool stop;
+  _Atomic bool driving;         /* the token: somebody drives */
+  _Atomic bool lead_ok;         /* issuers may lead */
+  _Atomic int followers;        /* issuers asleep on unfinished requests */
+  _Atomic uint32_t thread_seq;  /* futex word: the thread, look again */
   _Atomic uint64_t loops;       /* iterations completed */
   pthread_mutex_t lock;         /* conns[] */
   struct conn **conns;
@@ -96,6 +126,7 @@ poller_new (void)
     return NULL;
   }
   pthread_mutex_init (&p->lock, NULL);
+  atomic_init (&p->lead_ok, replicate_debug_lead != 0);
   return p;
 }
 
@@ -242,15 +273,53 @@ iterate (struct poller *p, int timeout_ms)
   return 0;
 }
 
-/* The poller thread. */
+/* Take the token if nobody holds it. */
+static bool
+take (struct poller *p)
+{
+  bool held = false;
+
+  return atomic_compare_exchange_strong (&p->driving, &held, true);
+}
+
+/* Have the thread look again whether it is needed. */
+static void
+wake_thread (struct poller *p)
+{
+  atomic_fetch_add (&p->thread_seq, 1);
+  futex_wake (&p->thread_seq, 1);
+}
+
+/* Does the volume need the thread to drive: followers wait, or
+ * issuers may not lead?
+ */
+static bool
+needs_thread (struct poller *p)
+{
+  return atomic_load (&p->followers) > 0 || !atomic_load (&p->lead_ok);
+}
+
+/* The poller thread: drives while it is needed and the token is free,
+ * else sleeps until woken.
+ */
 static void *
 poller_thread (void *arg)
 {
   struct poller *p = arg;
 
-  while (!atomic_load (&p->stop))
-    if (iterate (p, -1) == -1)
+  while (!atomic_load (&p->stop)) {
+    uint32_t seq = atomic_load (&p->thread_seq);
+    int r;
+
+    if (!needs_thread (p) || !take (p)) {
+      futex_wait (&p->thread_seq, seq, NULL);
+      continue;
+    }
+    r = iterate (p, -1);
+    atomic_store (&p->driving, false);
+    if (r == -1)
       break;
+  }
   return NULL;
 }
 
@@ -260,7 +329,7 @@ poller_start (struct poller *p)
 {
   int r;
 
-  if (p->running)
+  if (p->thread_running)
     return 0;
   atomic_store (&p->stop, false);
   r = pthread_create (&p->thread, NULL, poller_thread, p);
@@ -270,7 +339,6 @@ poller_start (struct poller *p)
     return -1;
   }
   p->thread_running = true;
-  p->running = true;
   return 0;
 }
 
@@ -281,20 +349,88 @@ poller_stop (struct poller *p)
   if (!p->thread_running)
     return;
   atomic_store (&p->stop, true);
+  wake_thread (p);
   kick (p);
   pthread_join (p->thread, NULL);
   p->thread_running = false;
-  p->running = false;
 }
 
-/* Take over the driving from the thread (see the note).  Returns the
+/* From now on the thread (or an adopter) drives, never an issuer. */
+void
+poller_use_thread (struct poller *p)
+{
+  atomic_store (&p->lead_ok, false);
+  wake_thread (p);
+}
+
+/* Take the token to drive from the calling thread, if issuers may
+ * lead and nobody drives.
+ */
+bool
+poller_try_lead (struct poller *p)
+{
+  return atomic_load (&p->lead_ok) && take (p);
+}
+
+/* One iteration by the leader, waiting up to timeout_ms (-1: no
+ * limit).  Returns 0, or -1 if epoll failed.
+ */
+int
+poller_lead (struct poller *p, int timeout_ms)
+{
+  return iterate (p, timeout_ms);
+}
+
+/* Give the token back; if somebody still needs a driver, wake the
+ * thread.
+ */
+void
+poller_end_lead (struct poller *p)
+{
+  atomic_store (&p->driving, false);
+  if (needs_thread (p))
+    wake_thread (p);
+}
+
+/* An issuer starts (poller_follow) or stops (poller_unfollow) waiting
+ * for somebody else to complete its request.
+ */
+void
+poller_follow (struct poller *p)
+{
+  atomic_fetch_add (&p->followers, 1);
+}
+
+void
+poller_unfollow (struct poller *p)
+{
+  atomic_fetch_sub (&p->followers, 1);
+}
+
+/* If nobody drives and issuers may lead, run one iteration without
+ * waiting: what an idle volume's connections say (an end of stream)
+ * is then heard.  Called by the monitor at each tick.
+ */
+void
+poller_look (struct poller *p)
+{
+  if (p && poller_try_lead (p)) {
+    iterate (p, 0);
+    poller_end_lead (p);
+  }
+}
+
+/* Take over the driving for good (see the note).  A leader in its term
+ * gives the token back once its request is complete.  Returns the
  * epoll descriptor to watch for readability.
  */
 int
 poller_adopt (struct poller *p)
 {
+  poller_use_thread (p);
   poller_stop (p);
-  p->running = true;
+  while (!take (p))
+    usleep (100);
   return p->epfd;
 }
 
@@ -312,7 +448,7 @@ poller_drive (struct poller *p)
 int
 poller_release (struct poller *p)
 {
-  p->running = false;
+  atomic_store (&p->driving, false);
   return poller_start (p);
 }
 
@@ -364,11 +500,11 @@ conn_detach (struct conn *c)
       epoll_ctl (p->epfd, EPOLL_CTL_DEL, c->fd, NULL);
   }
   c->poller = NULL;
-  if (!p->running)
-    return;
+  if (!atomic_load (&p->driving))
+    return;                     /* iterations happen only with the token */
   loops = atomic_load (&p->loops);
   kick (p);
-  while (atomic_load (&p->loops) == loops && p->running)
+  while (atomic_load (&p->loops) == loops && atomic_load (&p->driving))
     sched_yield ();
 }
 

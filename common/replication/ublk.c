@@ -537,6 +537,11 @@ ublk_start (struct volume *v)
 
   if (v->cfg.ublk_id < 0)
     return 0;
+  /* Requests the queues start are not waited for by anybody, so
+   * issuers must not lead the poller (poller.c): its thread, then the
+   * first queue, drives all the time.
+   */
+  poller_use_thread (v->poller);
   u = ublk_new (v);
   if (u == NULL)
     return -1;
