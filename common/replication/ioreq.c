@@ -110,14 +110,21 @@ count_latency (struct leg_stats *s, uint64_t us)
   atomic_fetch_add_explicit (&s->latency_count, 1, memory_order_relaxed);
 }
 
+/* Clock id's time in nanoseconds. */
+static uint64_t
+clock_ns (clockid_t id)
+{
+  struct timespec ts;
+
+  clock_gettime (id, &ts);
+  return (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
+}
+
 /* Monotonic time in nanoseconds. */
 uint64_t
 now_ns (void)
 {
-  struct timespec ts;
-
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
+  return clock_ns (CLOCK_MONOTONIC);
 }
 
 /* The states of an ioreq's futex word (see the design note). */
@@ -595,8 +602,10 @@ sleep_until (struct ioreq *r, uint64_t deadline_ns)
 
 /* Drive the volume's poller (this thread holds its token) until the
  * request is complete or deadline_ns passes, then give the token
- * back.  Returns 0 when complete, -1 at the deadline, -2 if epoll
- * failed (the caller sleeps instead).
+ * back.  The clock is read at every iteration, its coarse variant
+ * (cheaper, a few milliseconds behind at most, so the deadline is
+ * never early).  Returns 0 when complete, -1 at the deadline, -2 if
+ * epoll failed (the caller sleeps instead).
  */
 static int
 lead_until (struct ioreq *r, struct poller *p, uint64_t deadline_ns)
@@ -607,7 +616,7 @@ lead_until (struct ioreq *r, struct poller *p, uint64_t deadline_ns)
     uint64_t now, ms = 0;
 
     if (deadline_ns != 0) {
-      now = now_ns ();
+      now = clock_ns (CLOCK_MONOTONIC_COARSE);
       if (now >= deadline_ns) {
         rc = -1;
         break;
