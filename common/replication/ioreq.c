@@ -613,18 +613,19 @@ lead_until (struct ioreq *r, struct poller *p, uint64_t deadline_ns)
   int rc = 0;
 
   while (atomic_load (&r->wake) != WAKE_DONE) {
-    uint64_t now, ms = 0;
+    int timeout_ms = -1;
 
     if (deadline_ns != 0) {
-      now = clock_ns (CLOCK_MONOTONIC_COARSE);
+      uint64_t now = clock_ns (CLOCK_MONOTONIC_COARSE), ms;
+
       if (now >= deadline_ns) {
         rc = -1;
         break;
       }
       ms = (deadline_ns - now + 999999) / 1000000;
+      timeout_ms = ms > INT_MAX ? INT_MAX : (int) ms;
     }
-    if (poller_lead (p, deadline_ns == 0 ? -1 : ms > INT_MAX ? INT_MAX
-                     : (int) ms) == -1) {
+    if (poller_lead (p, timeout_ms) == -1) {
       rc = -2;
       break;
     }

@@ -633,32 +633,42 @@ await (struct wire *w, enum rstate st, void *dst, size_t n)
 }
 
 /* The current chunk is over: record its outcome in its entry (the
- * first error wins) and after the last chunk free the entry and
- * complete the command, outside the lock.  A successful read must
- * have had every byte covered.
+ * first error wins); after the last chunk free the entry and return
+ * its slot, with the command's result in *final (w->lock held).  A
+ * successful read must have had every byte covered.  Returns NULL
+ * while chunks are still to come.
+ */
+static struct ioslot *
+end_chunk_locked (struct wire *w, int err, uint64_t covered, int *final)
+{
+  const struct current *cur = &w->cur;
+  struct entry *e = &w->ents[cur->idx];
+
+  if (err != 0 && e->err == 0)
+    e->err = err;
+  e->seen += covered;
+  if (!(cur->chunk_flags & NBD_REPLY_FLAG_DONE))
+    return NULL;
+  *final = e->err;
+  if (*final == 0 && cur->type == NBD_CMD_READ && e->seen != cur->count)
+    *final = EIO;
+  return free_entry (w, cur->idx);
+}
+
+/* The current chunk is over: end_chunk_locked, then complete the
+ * command (outside the lock) if that was its last chunk.
  */
 static void
 end_chunk (struct conn *c, int err, uint64_t covered)
 {
   struct wire *w = c->wire;
-  struct current *cur = &w->cur;
-  struct ioslot *s = NULL;
+  struct ioslot *s;
   int final = 0;
 
   await (w, R_HEADER, w->hdr, SIMPLE_SIZE);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&w->lock);
-    struct entry *e = &w->ents[cur->idx];
-
-    if (err != 0 && e->err == 0)
-      e->err = err;
-    e->seen += covered;
-    if (cur->chunk_flags & NBD_REPLY_FLAG_DONE) {
-      final = e->err;
-      if (final == 0 && cur->type == NBD_CMD_READ && e->seen != cur->count)
-        final = EIO;
-      s = free_entry (w, cur->idx);
-    }
+    s = end_chunk_locked (w, err, covered, &final);
   }
   if (s)
     ioreq_slot_done (s, final);
@@ -719,10 +729,7 @@ on_simple (struct conn *c)
       await (w, R_SIMPLE_DATA, w->cur.buf, w->cur.count);
       return 0;
     }
-    final = w->ents[w->cur.idx].err;
-    if (final == 0)
-      final = errno_of_nbd (err);
-    s = free_entry (w, w->cur.idx);
+    s = end_chunk_locked (w, errno_of_nbd (err), 0, &final);
   }
   await (w, R_HEADER, w->hdr, SIMPLE_SIZE);
   ioreq_slot_done (s, final);
