@@ -22,15 +22,25 @@
  * 8 MiB write queued with a flush behind it (the server's reads call
  * wire_on_writable while they wait; both must arrive whole, in order),
  * a reply that comes before its write's payload has been sent (a
- * protocol error), and corked commands (held, then sent together).
+ * protocol error), corked commands (held, then sent together), and
+ * more corked flushes than a sendmsg's vectors (one header each).
+ * Last, threads issue writes at once while the test serves and replies
+ * to each request as it arrives: one sender at a time, the others'
+ * commands in its next sendmsg; every request must arrive once, whole,
+ * in its thread's order.  And a reply that overtakes its sender's
+ * count (the test's sendmsg holds the sender after the real call until
+ * the reply has been read) must wait for the count, not kill the
+ * connection.
  */
 
 #include <config.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -41,6 +51,7 @@
 #include "internal.h"
 #include "wire.h"
 #include "unit.h"
+#include "cleanup.h"
 
 #define KiB 1024u
 #define MiB (1024 * KiB)
@@ -51,6 +62,7 @@
 #define REQ_MAGIC 0x25609513
 #define SIMPLE_MAGIC 0x67446698
 #define CHUNK_MAGIC 0x668e33ef
+#define MAX_IOV_TEST 100            /* more than the wire's MAX_IOV (64) */
 
 enum kind { K_END, K_SIMPLE, K_DATA, K_HOLE, K_NONE, K_ERROR, K_ERROR_OFF,
             K_STATUS, K_OTHER, K_BAD_MAGIC, K_EOF };
@@ -216,6 +228,58 @@ static struct wire *w;
 static struct conn c;           /* the client's end */
 static uint64_t ext_got[MAX_EXT + 1][3];   /* offset, length, type */
 static size_t nr_ext_got;
+
+/* sendmsg, as the wire calls it: the real one, after which a thread
+ * other than the test's own may be held (hold_sender) until released.
+ */
+static pthread_t test_thread;
+static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cond = PTHREAD_COND_INITIALIZER;
+enum hold { HOLD_OFF, HOLD_ARMED, HOLD_HELD };
+static enum hold hold;
+
+ssize_t
+sendmsg (int fd, const struct msghdr *msg, int flags)
+{
+  static ssize_t (*real) (int, const struct msghdr *, int);
+  ssize_t r;
+  int e;
+
+  if (real == NULL)
+    real = (ssize_t (*) (int, const struct msghdr *, int))
+      dlsym (RTLD_NEXT, "sendmsg");
+  r = real (fd, msg, flags);
+  e = errno;
+  if (!pthread_equal (pthread_self (), test_thread)) {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&hold_lock);
+    if (hold == HOLD_ARMED) {
+      hold = HOLD_HELD;
+      pthread_cond_broadcast (&hold_cond);
+      while (hold == HOLD_HELD)
+        pthread_cond_wait (&hold_cond, &hold_lock);
+    }
+  }
+  errno = e;
+  return r;
+}
+
+/* Set the hold to h and tell whoever waits for it. */
+static void
+set_hold (enum hold h)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&hold_lock);
+  hold = h;
+  pthread_cond_broadcast (&hold_cond);
+}
+
+/* Wait until the hold is h. */
+static void
+wait_hold (enum hold h)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&hold_lock);
+  while (hold != h)
+    pthread_cond_wait (&hold_cond, &hold_lock);
+}
 
 /* A growing byte string (a reply being built). */
 struct bytes {
@@ -744,6 +808,215 @@ corked_batch (void)
   free (b.p);
 }
 
+/* More commands without payload than a sendmsg's vectors hold, corked
+ * and then sent together: each a header of its own, in order.
+ */
+static void
+corked_headers (void)
+{
+  static const struct cmd_spec fl = FL (0);
+  const char *what = "corked headers";
+  struct bytes b = { 0 };
+  struct wire_cork cork;
+  struct ioreq r[MAX_IOV_TEST];
+  int fds[2];
+  unsigned i;
+
+  if (socketpair (AF_UNIX, SOCK_STREAM, 0, fds) == -1 ||
+      fcntl (fds[1], F_SETFL, O_NONBLOCK) == -1 ||
+      (w = wire_new (fds[0], false)) == NULL)
+    abort ();
+  sv = fds[1];
+  c = (struct conn) { .leg = &v.legs[0], .wire = w, .fd = fds[0] };
+  wire_cork (&cork);
+  for (i = 0; i < MAX_IOV_TEST; ++i)
+    issue (&r[i], &fl, NULL);
+  wire_uncork (&cork);
+  for (i = 0; i < MAX_IOV_TEST; ++i)
+    simple_reply (&b, 0, expect_request (&fl, what));
+  deliver (&b, M_WHOLE, 0);
+  for (i = 0; i < MAX_IOV_TEST; ++i) {
+    CHECKF ((atomic_load (&r[i].done) & 1) && ioreq_leg_error (&r[i], 0) == 0,
+            "%s: flush %u not done", what, i);
+    if (atomic_load (&r[i].done) & 1)
+      ioreq_wait (&r[i]);
+  }
+  check_after (false, what);
+  wire_free (w);
+  close (c.fd);
+  close (sv);
+  sv = -1;
+  free (b.p);
+}
+
+#define ISSUERS 4
+#define PER_ISSUER 200
+#define CONC_SIZE 4096
+
+static struct ioreq conc_r[ISSUERS][PER_ISSUER];
+static unsigned char conc_buf[ISSUERS][PER_ISSUER][CONC_SIZE];
+
+/* An issuer thread: its writes, at offsets that name it and their
+ * rank, without waiting.
+ */
+static void *
+conc_issuer (void *arg)
+{
+  unsigned t = (uintptr_t) arg, k;
+
+  for (k = 0; k < PER_ISSUER; ++k) {
+    uint64_t off = ((uint64_t) t * PER_ISSUER + k) * CONC_SIZE;
+    struct cmd_spec cs = WR (off, CONC_SIZE, 0, 0);
+
+    pat_fill (conc_buf[t][k], off, CONC_SIZE);
+    issue (&conc_r[t][k], &cs, conc_buf[t][k]);
+  }
+  return NULL;
+}
+
+/* Serve the issuers' writes as they come: check each, reply at once
+ * and let the wire read the reply.
+ */
+static void
+conc_serve (const char *what)
+{
+  unsigned next[ISSUERS] = { 0 }, n;
+  unsigned char h[28], *p = malloc (2 * CONC_SIZE);
+  struct bytes b = { 0 };
+
+  if (p == NULL)
+    abort ();
+  for (n = 0; n < ISSUERS * PER_ISSUER; ++n) {
+    uint64_t off, t, k;
+
+    if (!srv_read (h, sizeof h) ||
+        get_be (h, 4) != REQ_MAGIC || get_be (h + 6, 2) != NBD_CMD_WRITE ||
+        get_be (h + 24, 4) != CONC_SIZE) {
+      CHECKF (false, "%s: request %u is not a 4 KiB write", what, n);
+      break;
+    }
+    off = get_be (h + 16, 8);
+    t = off / CONC_SIZE / PER_ISSUER;
+    k = off / CONC_SIZE % PER_ISSUER;
+    CHECKF (off % CONC_SIZE == 0 && t < ISSUERS && k == next[t],
+            "%s: offset %" PRIu64 " out of its thread's order", what, off);
+    if (t < ISSUERS)
+      next[t] = k + 1;
+    pat_fill (p + CONC_SIZE, off, CONC_SIZE);
+    CHECKF (srv_read (p, CONC_SIZE) &&
+            memcmp (p, p + CONC_SIZE, CONC_SIZE) == 0,
+            "%s: payload of offset %" PRIu64, what, off);
+    b.len = 0;
+    simple_reply (&b, 0, get_be (h + 8, 8));
+    deliver (&b, M_WHOLE, 0);
+  }
+  free (p);
+  free (b.p);
+}
+
+/* Threads issue at once on one connection (see the top). */
+static void
+concurrent_issuers (void)
+{
+  const char *what = "concurrent issuers";
+  pthread_t th[ISSUERS];
+  unsigned t, k, done = 0;
+  int fds[2];
+
+  if (socketpair (AF_UNIX, SOCK_STREAM, 0, fds) == -1 ||
+      fcntl (fds[1], F_SETFL, O_NONBLOCK) == -1 ||
+      (w = wire_new (fds[0], false)) == NULL)
+    abort ();
+  sv = fds[1];
+  c = (struct conn) { .leg = &v.legs[0], .wire = w, .fd = fds[0] };
+  for (t = 0; t < ISSUERS; ++t)
+    if (pthread_create (&th[t], NULL, conc_issuer, (void *) (uintptr_t) t))
+      abort ();
+  conc_serve (what);
+  for (t = 0; t < ISSUERS; ++t)
+    pthread_join (th[t], NULL);
+  for (t = 0; t < ISSUERS; ++t)
+    for (k = 0; k < PER_ISSUER; ++k)
+      if ((atomic_load (&conc_r[t][k].done) & 1) &&
+          ioreq_leg_error (&conc_r[t][k], 0) == 0) {
+        ioreq_wait (&conc_r[t][k]);
+        done++;
+      }
+  CHECKF (done == ISSUERS * PER_ISSUER, "%s: %u of %u done", what, done,
+          ISSUERS * PER_ISSUER);
+  check_after (false, what);
+  wire_free (w);
+  close (c.fd);
+  close (sv);
+  sv = -1;
+}
+
+static struct ioreq held_r;
+
+/* A thread that issues one write; its sender is held after sendmsg. */
+static void *
+held_issuer (void *buf)
+{
+  static const struct cmd_spec wr = WR (65536, 4096, 0, 0);
+
+  issue (&held_r, &wr, buf);
+  return NULL;
+}
+
+/* Release the held sender after a while: by then the test's reader is
+ * waiting for its count (or has wrongly judged the reply without it).
+ */
+static void *
+release_later (void *unused __attribute__ ((unused)))
+{
+  usleep (100 * 1000);
+  set_hold (HOLD_OFF);
+  return NULL;
+}
+
+/* A reply read while its command's sender has not yet counted the
+ * bytes sendmsg took: the reader waits for the count.
+ */
+static void
+reply_overtakes_count (void)
+{
+  static const struct cmd_spec wr = WR (65536, 4096, 0, 0);
+  const char *what = "reply overtakes the count";
+  unsigned char buf[4096];
+  struct bytes b = { 0 };
+  pthread_t th, rel;
+  int fds[2];
+
+  if (socketpair (AF_UNIX, SOCK_STREAM, 0, fds) == -1 ||
+      fcntl (fds[1], F_SETFL, O_NONBLOCK) == -1 ||
+      (w = wire_new (fds[0], false)) == NULL)
+    abort ();
+  sv = fds[1];
+  c = (struct conn) { .leg = &v.legs[0], .wire = w, .fd = fds[0] };
+  pat_fill (buf, wr.offset, sizeof buf);
+  set_hold (HOLD_ARMED);
+  if (pthread_create (&th, NULL, held_issuer, buf))
+    abort ();
+  wait_hold (HOLD_HELD);
+  simple_reply (&b, 0, expect_request (&wr, what));
+  if (pthread_create (&rel, NULL, release_later, NULL))
+    abort ();
+  deliver (&b, M_WHOLE, 0);
+  pthread_join (rel, NULL);
+  pthread_join (th, NULL);
+  CHECKF (!wire_is_dead (w) && (atomic_load (&held_r.done) & 1) &&
+          ioreq_leg_error (&held_r, 0) == 0,
+          "%s: the write did not complete alive and well", what);
+  if (atomic_load (&held_r.done) & 1)
+    ioreq_wait (&held_r);
+  check_after (false, what);
+  wire_free (w);
+  close (c.fd);
+  close (sv);
+  sv = -1;
+  free (b.p);
+}
+
 int
 main (void)
 {
@@ -751,6 +1024,7 @@ main (void)
   uint64_t seed;
   bool small;
 
+  test_thread = pthread_self ();
   v.nr_legs = 1;
   v.legs[0].v = &v;
   v.legs[0].caps = (struct leg_caps) {
@@ -771,5 +1045,8 @@ main (void)
   }
   reply_before_payload ();
   corked_batch ();
+  corked_headers ();
+  concurrent_issuers ();
+  reply_overtakes_count ();
   return unit_exit ("unit-wire");
 }

@@ -34,6 +34,7 @@
 #define MAX_CHUNK_META (16 * 1024 * 1024)   /* block status, errors */
 #define NO_ENTRY UINT32_MAX
 #define MAX_IOV 64              /* vectors per sendmsg (32 commands) */
+#define SEND_ROUNDS 4           /* sendmsg calls per turn as the sender */
 
 /* A command in flight. */
 struct entry {
@@ -86,6 +87,9 @@ struct wire {
   _Atomic bool corked;          /* a thread's cork holds the queue */
   _Atomic bool dead;
   _Atomic bool out_pending;     /* the send queue is not empty */
+  _Atomic bool sending;         /* a thread is in sendmsg, lock dropped */
+  bool send_waited;             /* the reader waits on sent_cond */
+  pthread_cond_t sent_cond;     /* a sendmsg's bytes were counted */
 
   /* The reader (the driver only). */
   enum rstate state;
@@ -134,6 +138,16 @@ free_entry (struct wire *w, uint32_t i)
   w->ents[i].next = w->free_head;
   w->free_head = i;
   return s;
+}
+
+/* Wait for the sender at work to count the bytes its sendmsg took
+ * (w->lock held, dropped meanwhile).
+ */
+static inline void
+await_count (struct wire *w)
+{
+  w->send_waited = true;
+  pthread_cond_wait (&w->sent_cond, &w->lock);
 }
 
 /* Bytes of a command on the wire (header and payload). */

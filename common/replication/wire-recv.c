@@ -118,6 +118,8 @@ end_chunk (struct conn *c, int err, uint64_t covered)
 /* Make the current command's fields the reader's (from handle; w->lock
  * held).  A reply to a command not yet sent whole is a protocol error:
  * the entry is still on the send queue, its payload still being read.
+ * While a sender is at work, the count may lag behind its sendmsg:
+ * wait for it first.
  */
 static int
 start_reply_locked (struct wire *w, uint64_t handle)
@@ -125,7 +127,12 @@ start_reply_locked (struct wire *w, uint64_t handle)
   uint32_t i = lookup (w, handle);
   const struct entry *e;
 
-  if (i == NO_ENTRY || w->ents[i].sent < wire_size (&w->ents[i]))
+  if (i == NO_ENTRY)
+    return -1;
+  while (w->ents[i].sent < wire_size (&w->ents[i]) &&
+         atomic_load (&w->sending))
+    await_count (w);
+  if (w->ents[i].sent < wire_size (&w->ents[i]))
     return -1;
   e = &w->ents[i];
   w->cur.idx = i;
