@@ -33,7 +33,7 @@
 #define RBUF_SIZE 65536
 #define MAX_CHUNK_META (16 * 1024 * 1024)   /* block status, errors */
 #define NO_ENTRY UINT32_MAX
-#define MAX_IOV 64              /* vectors per sendmsg (32 commands) */
+#define MAX_IOV 64              /* vectors per sendmsg (32 writes) */
 #define SEND_ROUNDS 4           /* sendmsg calls per turn as the sender */
 
 /* A command in flight. */
