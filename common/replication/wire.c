@@ -34,6 +34,15 @@
  * not take, waits for EPOLLOUT (c->want_write and a kick, as for
  * libnbd), and then wire_on_writable sends it.
  *
+ * Deferring to the driver.  While the poller's driver is in the middle
+ * of an iteration (reading replies, waking issuers), an issuer does not
+ * send: it leaves its command queued, and the driver sends every
+ * connection's queue when the iteration ends (poller.c).  Under load
+ * the driver is busy most of the time, so the commands of several
+ * requests leave in one sendmsg per connection, and the server finds
+ * them in one receive; an idle volume's driver sleeps in epoll_wait,
+ * and the issuer sends at once as before.
+ *
  * Payloads are not copied: the issuer's buffer lives until its
  * completion, and a reply to a command not yet sent whole is refused
  * as a protocol error, so no completion comes before the server has
@@ -391,11 +400,15 @@ wire_issue (struct conn *c, uint16_t type, uint16_t flags, void *buf,
       return ENOMEM;
     fill_entry (w, i, s, type, flags, buf, offset, count);
     enqueue (w, i);
-    /* Sent now only if nothing is queued before it and nobody holds
-     * the queue: else the cork's owner, the sender at work or EPOLLOUT
-     * sends it.
+    /* Sent now only if nothing is queued before it, nobody holds the
+     * queue and the driver is not in the middle of an iteration: else
+     * the cork's owner, the sender at work, EPOLLOUT or the driver at
+     * the end of its iteration sends it.  enqueue's store of
+     * out_pending comes before the load of the driver's busy flag,
+     * which the driver clears before it looks at out_pending.
      */
-    if ((k && cork_hold (k, c)) || w->corked || w->out_head != i)
+    if ((k && cork_hold (k, c)) || w->corked || w->out_head != i ||
+        conn_driver_busy (c))
       return 0;
     want = push (w);
   }
@@ -457,6 +470,13 @@ wire_wants_write (const struct wire *w)
 {
   return atomic_load (&w->out_pending) && !atomic_load (&w->dead) &&
     !atomic_load (&w->corked) && !atomic_load (&w->sending);
+}
+
+/* Are commands queued, to be sent? */
+bool
+wire_has_queued (const struct wire *w)
+{
+  return atomic_load (&w->out_pending);
 }
 
 /* Has the connection died? */

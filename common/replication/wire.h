@@ -59,6 +59,7 @@ extern void wire_uncork (struct wire_cork *k);
 extern void wire_on_readable (struct conn *c);
 extern void wire_on_writable (struct conn *c);
 extern bool wire_wants_write (const struct wire *w);
+extern bool wire_has_queued (const struct wire *w);
 extern bool wire_is_dead (const struct wire *w);
 
 #endif /* REPLICATE_WIRE_H */
