@@ -350,7 +350,8 @@ extern int conn_attach (struct conn *c, struct poller *p);
 extern void conn_detach (struct conn *c);
 extern void conn_kick_if_needed (struct conn *c);
 extern void conn_want_write (struct conn *c);
-extern bool conn_driver_busy (const struct conn *c);
+extern bool conn_defer_send (const struct conn *c);
+extern bool conn_nobody_drives (const struct conn *c);
 
 /* leg.c */
 extern int leg_open (struct leg *l, double wait, char *err, size_t errlen);

@@ -113,6 +113,7 @@ struct poller {
   _Atomic uint32_t thread_seq;  /* futex word: the thread, look again */
   _Atomic uint64_t loops;       /* iterations completed */
   _Atomic bool busy;            /* the driver handles events: defer sends */
+  _Atomic bool deferred;        /* an issuer deferred a send meanwhile */
   pthread_mutex_t lock;         /* conns[] */
   struct conn **conns;
   size_t nr_conns, cap_conns;
@@ -263,9 +264,10 @@ handle_conn (struct poller *p, struct conn *c, uint32_t events)
 }
 
 /* The iteration's events are handled: stop deferring issuers' sends,
- * then send what they queued meanwhile.  Clearing busy before looking
- * at the queues pairs with the issuer's queueing before it looks at
- * busy (wire_issue), so a deferred command is always seen here.
+ * then send what they queued meanwhile, if anybody did.  Clearing busy
+ * before reading deferred pairs with conn_defer_send, which sets
+ * deferred before it reads busy, so a deferred command is always seen
+ * here.
  */
 static void
 send_deferred (struct poller *p)
@@ -273,6 +275,8 @@ send_deferred (struct poller *p)
   size_t i;
 
   atomic_store (&p->busy, false);
+  if (!atomic_load (&p->deferred) || !atomic_exchange (&p->deferred, false))
+    return;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&p->lock);
   for (i = 0; i < p->nr_conns; ++i) {
     struct conn *c = p->conns[i];
@@ -546,13 +550,32 @@ conn_detach (struct conn *c)
     sched_yield ();
 }
 
-/* Is the connection's driver in the middle of an iteration (so that
- * it sends what is queued when it ends)?
+/* Is nobody driving the connection's poller (so no reader can want
+ * the wire's lock while an issuer sends)?
  */
 bool
-conn_driver_busy (const struct conn *c)
+conn_nobody_drives (const struct conn *c)
 {
-  return c->poller && atomic_load (&c->poller->busy);
+  return c->poller == NULL || !atomic_load (&c->poller->driving);
+}
+
+/* An issuer has queued a command: should it leave the sending to the
+ * connection's driver, in the middle of an iteration (see the top)?
+ * If so, the driver is told to look at the queues when it ends: busy
+ * is read again after deferred is set (send_deferred clears busy and
+ * then reads deferred), so either the driver sees deferred or the
+ * issuer sees the driver idle and sends itself.  An idle driver costs
+ * the issuer one load.
+ */
+bool
+conn_defer_send (const struct conn *c)
+{
+  struct poller *p = c->poller;
+
+  if (p == NULL || !atomic_load (&p->busy))
+    return false;
+  atomic_store (&p->deferred, true);
+  return atomic_load (&p->busy);
 }
 
 /* An issuer left bytes to send: have the poller wait for the socket

@@ -126,13 +126,14 @@ start_reply_locked (struct wire *w, uint64_t handle)
 {
   uint32_t i = lookup (w, handle);
   const struct entry *e;
+  size_t size;
 
   if (i == NO_ENTRY)
     return -1;
-  while (w->ents[i].sent < wire_size (&w->ents[i]) &&
-         atomic_load (&w->sending))
+  size = wire_size (&w->ents[i]);
+  while (w->ents[i].sent < size && atomic_load (&w->sending))
     await_count (w);
-  if (w->ents[i].sent < wire_size (&w->ents[i]))
+  if (w->ents[i].sent < size)
     return -1;
   e = &w->ents[i];
   w->cur.idx = i;

@@ -27,7 +27,11 @@
  * the system call.  That call is most of what issuing costs (it wakes
  * the server's thread); held through it, the lock put the reader and
  * other issuers to sleep: with three legs at queue depth 32, dropping
- * it saves a quarter of the futex calls per request.  A thread whose
+ * it saves a quarter of the futex calls per request.  When nobody
+ * drives the poller (low queue depth: the issuer is about to read its
+ * own replies) there is no reader to put to sleep, and a command on an
+ * idle connection is sent at once under the lock (send_alone), without
+ * the queue's bookkeeping or a second lock round trip.  A thread whose
  * command finds a sender at work leaves it queued and goes on, and the
  * sender takes it in its next sendmsg.  The sender makes at most
  * SEND_ROUNDS calls per turn.  What it leaves, or what the socket does
@@ -311,6 +315,25 @@ flush_queue (struct wire *w)
   return r;
 }
 
+/* Send entry i alone, at once, with the lock held (nothing queued,
+ * nobody sending, nobody reading replies): the common case at low
+ * queue depth, where the issuer then reads its own replies, without
+ * the queue's bookkeeping or a second lock round trip.  Returns true if
+ * it went out whole; else e->sent says how much did, and the caller
+ * queues the rest.
+ */
+static bool
+send_alone (struct wire *w, uint32_t i)
+{
+  struct entry *e = &w->ents[i];
+  struct iovec iov[2];
+  ssize_t n = send_iov (w, iov, entry_iov (e, e->hdr, iov));
+
+  if (n > 0)
+    e->sent = n;
+  return e->sent == wire_size (e);
+}
+
 /* Send what the queue holds (w->lock held).  Returns true if bytes are
  * left for EPOLLOUT.  A send error shuts the socket down: the reader
  * then fails every command, these included.
@@ -399,16 +422,20 @@ wire_issue (struct conn *c, uint16_t type, uint16_t flags, void *buf,
     if (i == NO_ENTRY)
       return ENOMEM;
     fill_entry (w, i, s, type, flags, buf, offset, count);
-    enqueue (w, i);
-    /* Sent now only if nothing is queued before it, nobody holds the
+    /* Nobody else sending and nobody reading replies: send it now,
+     * under the lock.  Else it is queued, and sent now with the lock
+     * dropped only if nothing is queued before it, nobody holds the
      * queue and the driver is not in the middle of an iteration: else
      * the cork's owner, the sender at work, EPOLLOUT or the driver at
-     * the end of its iteration sends it.  enqueue's store of
-     * out_pending comes before the load of the driver's busy flag,
-     * which the driver clears before it looks at out_pending.
+     * the end of its iteration (conn_defer_send) sends it.
      */
+    if (k == NULL && !w->corked && w->out_head == NO_ENTRY &&
+        !atomic_load (&w->sending) && conn_nobody_drives (c) &&
+        send_alone (w, i))
+      return 0;
+    enqueue (w, i);
     if ((k && cork_hold (k, c)) || w->corked || w->out_head != i ||
-        conn_driver_busy (c))
+        conn_defer_send (c))
       return 0;
     want = push (w);
   }
