@@ -378,6 +378,49 @@ srv_read (void *buf, size_t n)
   return true;
 }
 
+/* A fresh socketpair, wire and connection (no poller); the test
+ * serves the other end (sv).
+ */
+static void
+open_conn (bool structured)
+{
+  int fds[2];
+
+  if (socketpair (AF_UNIX, SOCK_STREAM, 0, fds) == -1 ||
+      fcntl (fds[1], F_SETFL, O_NONBLOCK) == -1 ||
+      (w = wire_new (fds[0], structured)) == NULL)
+    abort ();
+  sv = fds[1];
+  c = (struct conn) { .leg = &v.legs[0], .wire = w, .fd = fds[0] };
+}
+
+/* Free the wire and close both ends (the server's may be closed). */
+static void
+close_conn (void)
+{
+  wire_free (w);
+  close (c.fd);
+  if (sv != -1)
+    close (sv);
+  sv = -1;
+}
+
+/* Check that commands r[0..n) completed without error, and retire
+ * them.
+ */
+static void
+check_done (struct ioreq *r, unsigned n, const char *what)
+{
+  unsigned i;
+
+  for (i = 0; i < n; ++i) {
+    CHECKF ((atomic_load (&r[i].done) & 1) && ioreq_leg_error (&r[i], 0) == 0,
+            "%s: command %u not done", what, i);
+    if (atomic_load (&r[i].done) & 1)
+      ioreq_wait (&r[i]);
+  }
+}
+
 /* Issue one command on the connection. */
 static void
 issue (struct ioreq *r, const struct cmd_spec *cs, void *buf)
@@ -635,17 +678,10 @@ run_case (const struct reply_case *rc, enum mode m, uint64_t seed)
   char what[128];
   bool queued = false, eof;
   unsigned i;
-  int fds[2];
 
   snprintf (what, sizeof what, "%s [%s, seed %" PRIu64 "]", rc->name,
             mode_names[m], seed);
-  /* A fresh socketpair, wire and connection (no poller). */
-  if (socketpair (AF_UNIX, SOCK_STREAM, 0, fds) == -1 ||
-      fcntl (fds[1], F_SETFL, O_NONBLOCK) == -1 ||
-      (w = wire_new (fds[0], rc->structured)) == NULL)
-    abort ();
-  sv = fds[1];
-  c = (struct conn) { .leg = &v.legs[0], .wire = w, .fd = fds[0] };
+  open_conn (rc->structured);
   nr_ext_got = 0;
   for (i = 0; i < rc->nr_cmds; ++i) {
     const struct cmd_spec *cs = &rc->cmds[i];
@@ -696,10 +732,7 @@ run_case (const struct reply_case *rc, enum mode m, uint64_t seed)
     ioreq_wait (&r[i]);
   }
   check_after (rc->dead, what);
-  wire_free (w);
-  close (c.fd);
-  if (sv != -1)
-    close (sv);
+  close_conn ();
   for (i = 0; i < rc->nr_cmds; ++i)
     free (bufs[i]);
   free (b.p);
@@ -718,15 +751,10 @@ reply_before_payload (void)
   unsigned char h[28], *buf = malloc (wr.count);
   struct bytes b = { 0 };
   struct ioreq r[2];
-  int fds[2];
 
-  if (buf == NULL ||
-      socketpair (AF_UNIX, SOCK_STREAM, 0, fds) == -1 ||
-      fcntl (fds[1], F_SETFL, O_NONBLOCK) == -1 ||
-      (w = wire_new (fds[0], true)) == NULL)
+  if (buf == NULL)
     abort ();
-  sv = fds[1];
-  c = (struct conn) { .leg = &v.legs[0], .wire = w, .fd = fds[0] };
+  open_conn (true);
   issue (&r[0], &wr, buf);
   issue (&r[1], &fl, NULL);
   CHECKF (wire_wants_write (w), "%s: the write is queued", what);
@@ -741,10 +769,7 @@ reply_before_payload (void)
   CHECKF (!wire_wants_write (w), "%s: still wants to write", what);
   ioreq_wait (&r[0]);
   ioreq_wait (&r[1]);
-  wire_free (w);
-  close (c.fd);
-  close (sv);
-  sv = -1;
+  close_conn ();
   free (buf);
   free (b.p);
 }
@@ -763,15 +788,9 @@ corked_batch (void)
   struct bytes b = { 0 };
   struct wire_cork cork;
   struct ioreq r[3];
-  int fds[2];
   unsigned i;
 
-  if (socketpair (AF_UNIX, SOCK_STREAM, 0, fds) == -1 ||
-      fcntl (fds[1], F_SETFL, O_NONBLOCK) == -1 ||
-      (w = wire_new (fds[0], false)) == NULL)
-    abort ();
-  sv = fds[1];
-  c = (struct conn) { .leg = &v.legs[0], .wire = w, .fd = fds[0] };
+  open_conn (false);
   pat_fill (wbuf, cmds[0].offset, sizeof wbuf);
   wire_cork (&cork);
   issue (&r[0], &cmds[0], wbuf);
@@ -794,17 +813,9 @@ corked_batch (void)
   check_read (&(struct reply_case) { .cmds = { cmds[0], cmds[1] },
                                      .chunks = { SIMPLE (1, 0) } },
               1, rbuf, what);
-  for (i = 0; i < 3; ++i) {
-    CHECKF ((atomic_load (&r[i].done) & 1) && ioreq_leg_error (&r[i], 0) == 0,
-            "%s: command %u not done", what, i);
-    if (atomic_load (&r[i].done) & 1)
-      ioreq_wait (&r[i]);
-  }
+  check_done (r, 3, what);
   check_after (false, what);
-  wire_free (w);
-  close (c.fd);
-  close (sv);
-  sv = -1;
+  close_conn ();
   free (b.p);
 }
 
@@ -819,15 +830,9 @@ corked_headers (void)
   struct bytes b = { 0 };
   struct wire_cork cork;
   struct ioreq r[MAX_IOV_TEST];
-  int fds[2];
   unsigned i;
 
-  if (socketpair (AF_UNIX, SOCK_STREAM, 0, fds) == -1 ||
-      fcntl (fds[1], F_SETFL, O_NONBLOCK) == -1 ||
-      (w = wire_new (fds[0], false)) == NULL)
-    abort ();
-  sv = fds[1];
-  c = (struct conn) { .leg = &v.legs[0], .wire = w, .fd = fds[0] };
+  open_conn (false);
   wire_cork (&cork);
   for (i = 0; i < MAX_IOV_TEST; ++i)
     issue (&r[i], &fl, NULL);
@@ -835,17 +840,9 @@ corked_headers (void)
   for (i = 0; i < MAX_IOV_TEST; ++i)
     simple_reply (&b, 0, expect_request (&fl, what));
   deliver (&b, M_WHOLE, 0);
-  for (i = 0; i < MAX_IOV_TEST; ++i) {
-    CHECKF ((atomic_load (&r[i].done) & 1) && ioreq_leg_error (&r[i], 0) == 0,
-            "%s: flush %u not done", what, i);
-    if (atomic_load (&r[i].done) & 1)
-      ioreq_wait (&r[i]);
-  }
+  check_done (r, MAX_IOV_TEST, what);
   check_after (false, what);
-  wire_free (w);
-  close (c.fd);
-  close (sv);
-  sv = -1;
+  close_conn ();
   free (b.p);
 }
 
@@ -921,14 +918,8 @@ concurrent_issuers (void)
   const char *what = "concurrent issuers";
   pthread_t th[ISSUERS];
   unsigned t, k, done = 0;
-  int fds[2];
 
-  if (socketpair (AF_UNIX, SOCK_STREAM, 0, fds) == -1 ||
-      fcntl (fds[1], F_SETFL, O_NONBLOCK) == -1 ||
-      (w = wire_new (fds[0], false)) == NULL)
-    abort ();
-  sv = fds[1];
-  c = (struct conn) { .leg = &v.legs[0], .wire = w, .fd = fds[0] };
+  open_conn (false);
   for (t = 0; t < ISSUERS; ++t)
     if (pthread_create (&th[t], NULL, conc_issuer, (void *) (uintptr_t) t))
       abort ();
@@ -945,10 +936,7 @@ concurrent_issuers (void)
   CHECKF (done == ISSUERS * PER_ISSUER, "%s: %u of %u done", what, done,
           ISSUERS * PER_ISSUER);
   check_after (false, what);
-  wire_free (w);
-  close (c.fd);
-  close (sv);
-  sv = -1;
+  close_conn ();
 }
 
 static struct ioreq held_r;
@@ -985,14 +973,8 @@ reply_overtakes_count (void)
   unsigned char buf[4096];
   struct bytes b = { 0 };
   pthread_t th, rel;
-  int fds[2];
 
-  if (socketpair (AF_UNIX, SOCK_STREAM, 0, fds) == -1 ||
-      fcntl (fds[1], F_SETFL, O_NONBLOCK) == -1 ||
-      (w = wire_new (fds[0], false)) == NULL)
-    abort ();
-  sv = fds[1];
-  c = (struct conn) { .leg = &v.legs[0], .wire = w, .fd = fds[0] };
+  open_conn (false);
   pat_fill (buf, wr.offset, sizeof buf);
   set_hold (HOLD_ARMED);
   if (pthread_create (&th, NULL, held_issuer, buf))
@@ -1010,10 +992,7 @@ reply_overtakes_count (void)
   if (atomic_load (&held_r.done) & 1)
     ioreq_wait (&held_r);
   check_after (false, what);
-  wire_free (w);
-  close (c.fd);
-  close (sv);
-  sv = -1;
+  close_conn ();
   free (b.p);
 }
 
