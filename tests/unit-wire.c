@@ -939,15 +939,14 @@ concurrent_issuers (void)
   close_conn ();
 }
 
+static const struct cmd_spec held_wr = WR (65536, 4096, 0, 0);
 static struct ioreq held_r;
 
 /* A thread that issues one write; its sender is held after sendmsg. */
 static void *
 held_issuer (void *buf)
 {
-  static const struct cmd_spec wr = WR (65536, 4096, 0, 0);
-
-  issue (&held_r, &wr, buf);
+  issue (&held_r, &held_wr, buf);
   return NULL;
 }
 
@@ -968,19 +967,18 @@ release_later (void *unused __attribute__ ((unused)))
 static void
 reply_overtakes_count (void)
 {
-  static const struct cmd_spec wr = WR (65536, 4096, 0, 0);
   const char *what = "reply overtakes the count";
   unsigned char buf[4096];
   struct bytes b = { 0 };
   pthread_t th, rel;
 
   open_conn (false);
-  pat_fill (buf, wr.offset, sizeof buf);
+  pat_fill (buf, held_wr.offset, sizeof buf);
   set_hold (HOLD_ARMED);
   if (pthread_create (&th, NULL, held_issuer, buf))
     abort ();
   wait_hold (HOLD_HELD);
-  simple_reply (&b, 0, expect_request (&wr, what));
+  simple_reply (&b, 0, expect_request (&held_wr, what));
   if (pthread_create (&rel, NULL, release_later, NULL))
     abort ();
   deliver (&b, M_WHOLE, 0);
