@@ -42,7 +42,7 @@
   "control=(null) chunk=65536 max-legs=8 al-extent=4194304 "            \
   "al-extents=1024 resync-rate=0 resync-min-rate=4194304 init=none "    \
   "wait=10 force=false prefer=-1 metadata=internal ublk=-1 "            \
-  "ublk-queues=1 ublk-depth=128"
+  "ublk-queues=1 ublk-depth=128 sched=auto"
 
 struct set_case {
   bool filter;                          /* local_leg0 */
@@ -295,6 +295,10 @@ static const struct set_case set_cases[] = {
   { true, { "metadata=none" }, "OK metadata=none" },
   { true, { "metadata=external" },
     "metadata=external: must be internal or none" },
+  { true, { "sched=keep" }, "OK sched=keep" },
+  { true, { "sched=auto" }, "OK sched=auto" },
+  { true, { "sched=batch" }, "sched=batch: must be auto or keep" },
+  { true, { "sched=keep", "sched=auto" }, "sched given twice: sched=auto" },
 
   /* prefer */
   { false, { "replica=nbd://a", "prefer=0" }, "OK prefer=0" },
@@ -385,6 +389,8 @@ format_field (const struct config *c, const char *name, char *buf,
   else if (strcmp (name, "metadata") == 0)
     snprintf (buf, len, "%s",
               c->metadata == METADATA_INTERNAL ? "internal" : "none");
+  else if (strcmp (name, "sched") == 0)
+    snprintf (buf, len, "%s", c->sched == SCHED_MODE_AUTO ? "auto" : "keep");
   else if (strcmp (name, "ublk") == 0)
     snprintf (buf, len, "%d", c->ublk_id);
   else if (strcmp (name, "ublk-queues") == 0)

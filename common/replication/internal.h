@@ -331,7 +331,7 @@ extern void conn_shutdown (struct conn *c);
 extern void conn_close (struct conn *c);
 
 /* poller.c */
-extern struct poller *poller_new (void);
+extern struct poller *poller_new (bool sched_auto);
 extern void poller_free (struct poller *p);
 extern int poller_start (struct poller *p);
 extern void poller_stop (struct poller *p);
@@ -342,7 +342,7 @@ extern void poller_use_thread (struct poller *p);
 extern bool poller_try_lead (struct poller *p);
 extern int poller_lead (struct poller *p, int timeout_ms);
 extern void poller_end_lead (struct poller *p);
-extern void poller_follow (struct poller *p);
+extern unsigned poller_follow (struct poller *p);
 extern void poller_unfollow (struct poller *p);
 extern void poller_look (struct poller *p);
 extern int replicate_debug_lead;   /* -D replicate.lead=0: never lead */
@@ -352,6 +352,12 @@ extern void conn_kick_if_needed (struct conn *c);
 extern void conn_want_write (struct conn *c);
 extern bool conn_defer_send (const struct conn *c);
 extern bool conn_nobody_drives (const struct conn *c);
+
+/* sched.c: thread policy by queue depth (sched=auto). */
+enum thread_sched { TS_UNSEEN, TS_NORMAL, TS_BATCH, TS_FOREIGN };
+extern enum thread_sched sched_next (enum thread_sched cur, bool lone,
+                                     unsigned depth);
+extern void sched_adapt (bool lone, unsigned depth);
 
 /* leg.c */
 extern int leg_open (struct leg *l, double wait, char *err, size_t errlen);

@@ -36,7 +36,9 @@
  * poller.c), until its request is complete; its own completions then
  * run in its own thread and its state never leaves IDLE.  Otherwise it
  * sleeps as a follower (SLEEPING, counted in the poller); the
- * completion that moves it to DONE uncounts it.
+ * completion that moves it to DONE uncounts it.  With sched=auto the
+ * issuer's thread moves to SCHED_OTHER when it leads and to
+ * SCHED_BATCH when it sleeps behind a queue of followers (sched.c).
  *
  * Completions run in the connection's driver (the poller thread, a
  * leading issuer or the adopter), libnbd's with their handle's lock
@@ -600,6 +602,16 @@ sleep_until (struct ioreq *r, uint64_t deadline_ns)
   return 0;
 }
 
+/* Set the issuer's thread policy for what it waits for: its lone
+ * request, or one behind depth followers (sched.c).
+ */
+static void
+adapt_issuer (const struct ioreq *r, bool lone, unsigned depth)
+{
+  if (r->v->cfg.sched == SCHED_MODE_AUTO)
+    sched_adapt (lone, depth);
+}
+
 /* Drive the volume's poller (this thread holds its token) until the
  * request is complete or deadline_ns passes, then give the token
  * back.  The clock is read at every iteration, its coarse variant
@@ -612,6 +624,7 @@ lead_until (struct ioreq *r, struct poller *p, uint64_t deadline_ns)
 {
   int rc = 0;
 
+  adapt_issuer (r, true, 0);
   while (atomic_load (&r->wake) != WAKE_DONE) {
     int timeout_ms = -1;
 
@@ -635,17 +648,19 @@ lead_until (struct ioreq *r, struct poller *p, uint64_t deadline_ns)
 }
 
 /* Count the issuer as a follower: its state becomes SLEEPING (it may
- * be already, after a wait that timed out).  Returns false if the
- * request is complete.
+ * be already, after a wait that timed out).  *depth is set to the
+ * number of other followers it joined (0 if it was counted already).
+ * Returns false if the request is complete.
  */
 static bool
-become_follower (struct ioreq *r)
+become_follower (struct ioreq *r, unsigned *depth)
 {
   uint32_t w = WAKE_IDLE;
 
+  *depth = 0;
   if (atomic_compare_exchange_strong (&r->wake, &w, WAKE_SLEEPING)) {
     if (r->v->poller)
-      poller_follow (r->v->poller);
+      *depth = poller_follow (r->v->poller);
     return true;
   }
   return w != WAKE_DONE;
@@ -664,6 +679,7 @@ wait_until (struct ioreq *r, uint64_t deadline_ns)
 {
   struct poller *p = r->v->poller;
   uint32_t w = WAKE_SLEEPING;
+  unsigned depth;
   int rc;
 
   if (p && poller_try_lead (p)) {
@@ -672,7 +688,7 @@ wait_until (struct ioreq *r, uint64_t deadline_ns)
       return rc;
     p = NULL;
   }
-  if (!become_follower (r))
+  if (!become_follower (r, &depth))
     return 0;
   if (p && poller_try_lead (p)) {
     if (atomic_compare_exchange_strong (&r->wake, &w, WAKE_IDLE))
@@ -680,9 +696,10 @@ wait_until (struct ioreq *r, uint64_t deadline_ns)
     rc = lead_until (r, p, deadline_ns);
     if (rc != -2)
       return rc;
-    if (!become_follower (r))
+    if (!become_follower (r, &depth))
       return 0;
   }
+  adapt_issuer (r, false, depth);
   return sleep_until (r, deadline_ns);
 }
 

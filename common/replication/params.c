@@ -50,7 +50,7 @@ enum key {
   KEY_CONTROL, KEY_CHUNK, KEY_MAX_LEGS, KEY_AL_EXTENT, KEY_AL_EXTENTS,
   KEY_RESYNC_RATE, KEY_RESYNC_MIN_RATE, KEY_VERIFY_RATE, KEY_INIT, KEY_WAIT, KEY_FORCE,
   KEY_PREFER, KEY_METADATA, KEY_UBLK, KEY_UBLK_QUEUES, KEY_UBLK_DEPTH,
-  KEY_UBLK_KEEP,
+  KEY_UBLK_KEEP, KEY_SCHED,
   NR_KEYS
 };
 
@@ -79,6 +79,7 @@ static const char *const key_names[NR_KEYS] = {
   [KEY_UBLK_QUEUES] = "ublk-queues",
   [KEY_UBLK_DEPTH] = "ublk-depth",
   [KEY_UBLK_KEEP] = "ublk-keep",
+  [KEY_SCHED] = "sched",
 };
 
 static const char *const read_names[] = {
@@ -98,6 +99,11 @@ static const char *const init_names[] = {
 static const char *const metadata_names[] = {
   [METADATA_INTERNAL] = "internal",
   [METADATA_NONE] = "none",
+};
+
+static const char *const sched_names[] = {
+  [SCHED_MODE_AUTO] = "auto",
+  [SCHED_MODE_KEEP] = "keep",
 };
 
 /* Bit of key k in struct config's seen. */
@@ -459,6 +465,13 @@ set_key (struct config *c, enum key k, const char *key, const char *value,
       return -1;
     c->metadata = i;
     return 0;
+  case KEY_SCHED:
+    i = parse_choice (key, value, sched_names, 0, ARRAY_SIZE (sched_names),
+                      err, errlen);
+    if (i == -1)
+      return -1;
+    c->sched = i;
+    return 0;
   case KEY_UBLK:
     return set_int (key, value, UBLK_ID_MAX, &c->ublk_id, err, errlen);
   case KEY_UBLK_QUEUES:
@@ -497,6 +510,7 @@ config_init (struct config *c, bool local_leg0)
   c->force = false;
   c->prefer = -1;
   c->metadata = METADATA_INTERNAL;
+  c->sched = SCHED_MODE_AUTO;
   c->ublk_id = -1;
   c->ublk_queues = 1;
   c->ublk_depth = 128;

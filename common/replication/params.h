@@ -21,6 +21,7 @@
 enum read_policy { READ_LEAST_BUSY, READ_ROUND_ROBIN, READ_FIRST };
 enum init_mode { INIT_NONE, INIT_COPY, INIT_ZERO, INIT_ASSUME_CLEAN };
 enum metadata_mode { METADATA_INTERNAL, METADATA_NONE };
+enum sched_mode { SCHED_MODE_AUTO, SCHED_MODE_KEEP };
 
 struct config {
   const char *uris[MAX_LEGS];   /* NBD legs in command-line order */
@@ -48,6 +49,7 @@ struct config {
   bool force;
   int prefer;                   /* leg index, -1 = none */
   enum metadata_mode metadata;
+  enum sched_mode sched;        /* thread policy by queue depth (sched.c) */
 
   int ublk_id;                  /* -1 = no ublk frontend */
   unsigned ublk_queues;
@@ -116,6 +118,7 @@ extern const char *init_mode_name (enum init_mode m);
   "metadata=internal|none     On-disk metadata at the end of each leg (default).\n" \
   "ublk=ID                    Also serve /dev/ublkbID from the engine.\n" \
   "ublk-queues=N, ublk-depth=N  ublk queues and depth.\n" \
-  "ublk-keep=BOOL             A clean stop keeps /dev/ublkbID for the next controller."
+  "ublk-keep=BOOL             A clean stop keeps /dev/ublkbID for the next controller.\n" \
+  "sched=auto|keep            Threads at queue depth run SCHED_BATCH (default auto)."
 
 #endif /* REPLICATE_PARAMS_H */

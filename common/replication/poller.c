@@ -65,6 +65,12 @@
  * sleeps in epoll_wait, not busy, and the issuer sends at once.
  * Lock order: p->lock, then a wire's lock.
  *
+ * Scheduling.  With sched=auto the thread's policy follows the number
+ * of followers at each iteration, and so does an issuer's when it
+ * leads or sleeps (sched.c): SCHED_BATCH at depth, so that the issuers
+ * it wakes do not preempt it in the middle of an iteration (with the
+ * sends deferred to it still queued), SCHED_OTHER for a lone request.
+ *
  * Adoption.  An event loop of our own that already sleeps in the
  * kernel (the ublk frontend's first queue, which sleeps in io_uring)
  * can take the poller's place: poller_adopt stops the thread, takes
@@ -114,14 +120,17 @@ struct poller {
   _Atomic uint64_t loops;       /* iterations completed */
   _Atomic bool busy;            /* the driver handles events: defer sends */
   _Atomic bool deferred;        /* an issuer deferred a send meanwhile */
+  bool sched_auto;              /* the thread's policy follows the depth */
   pthread_mutex_t lock;         /* conns[] */
   struct conn **conns;
   size_t nr_conns, cap_conns;
 };
 
-/* Create a poller (no thread yet).  Returns NULL after nbdkit_error. */
+/* Create a poller (no thread yet); with sched_auto its thread's policy
+ * follows the queue depth (sched.c).  Returns NULL after nbdkit_error.
+ */
 struct poller *
-poller_new (void)
+poller_new (bool sched_auto)
 {
   struct poller *p = calloc (1, sizeof *p);
   struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
@@ -140,6 +149,7 @@ poller_new (void)
   }
   pthread_mutex_init (&p->lock, NULL);
   atomic_init (&p->lead_ok, replicate_debug_lead != 0);
+  p->sched_auto = sched_auto;
   return p;
 }
 
@@ -341,6 +351,26 @@ needs_thread (struct poller *p)
   return atomic_load (&p->followers) > 0 || !atomic_load (&p->lead_ok);
 }
 
+/* The followers counted now (a wake-up may uncount one before it is
+ * counted, so the count can dip below zero for a moment).
+ */
+static unsigned
+followers_now (int n)
+{
+  return n > 0 ? (unsigned) n : 0;
+}
+
+/* Set the thread's policy for the depth it drives at (sched.c): lone
+ * while at most one issuer waits for it.
+ */
+static void
+adapt_thread (struct poller *p)
+{
+  unsigned depth = followers_now (atomic_load (&p->followers));
+
+  sched_adapt (depth <= 1, depth);
+}
+
 /* The poller thread: drives while it is needed and the token is free,
  * else sleeps until woken.
  */
@@ -357,6 +387,8 @@ poller_thread (void *arg)
       futex_wait (&p->thread_seq, seq, NULL);
       continue;
     }
+    if (p->sched_auto)
+      adapt_thread (p);
     r = iterate (p, -1);
     atomic_store (&p->driving, false);
     if (r == -1)
@@ -434,13 +466,14 @@ poller_end_lead (struct poller *p)
     wake_thread (p);
 }
 
-/* An issuer starts (poller_follow) or stops (poller_unfollow) waiting
- * for somebody else to complete its request.
+/* An issuer starts (poller_follow, which returns how many others were
+ * waiting) or stops (poller_unfollow) waiting for somebody else to
+ * complete its request.
  */
-void
+unsigned
 poller_follow (struct poller *p)
 {
-  atomic_fetch_add (&p->followers, 1);
+  return followers_now (atomic_fetch_add (&p->followers, 1));
 }
 
 void

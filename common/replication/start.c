@@ -758,7 +758,7 @@ engine_start (struct volume *v)
 {
   int r;
 
-  v->poller = poller_new ();
+  v->poller = poller_new (v->cfg.sched == SCHED_MODE_AUTO);
   if (v->poller == NULL || poller_start (v->poller) == -1)
     return -1;
   r = v->metadata ? start_with_metadata (v) : start_without_metadata (v);
