@@ -197,10 +197,15 @@ conn_wants_write (struct conn *c)
 
 /* Register for what the connection wants now (poller thread, or
  * before the thread runs); if it may have died (check_dead), take a
- * dead connection out of epoll.
+ * dead connection out of epoll.  Without add_out, EPOLLOUT is kept or
+ * dropped but not added: a wire's commands queued while the driver is
+ * busy are sent by send_deferred at the end of the iteration, which
+ * adds it if that send is partial, so adding it now would only cost
+ * two epoll_ctl calls.
  */
 static void
-update_events (struct poller *p, struct conn *c, bool check_dead)
+update_events (struct poller *p, struct conn *c, bool check_dead,
+               bool add_out)
 {
   struct epoll_event ev = { .data.ptr = c };
   uint32_t want;
@@ -213,7 +218,7 @@ update_events (struct poller *p, struct conn *c, bool check_dead)
     return;
   }
   want = EPOLLIN;
-  if (conn_wants_write (c))
+  if ((add_out || (c->events & EPOLLOUT)) && conn_wants_write (c))
     want |= EPOLLOUT;
   if (want == c->events)
     return;
@@ -234,7 +239,7 @@ handle_kick (struct poller *p)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&p->lock);
   for (i = 0; i < p->nr_conns; ++i)
     if (atomic_exchange (&p->conns[i]->want_write, false))
-      update_events (p, p->conns[i], true);
+      update_events (p, p->conns[i], true, true);
 }
 
 /* Retire the failed commands the completion callback left behind. */
@@ -261,7 +266,7 @@ handle_conn (struct poller *p, struct conn *c, uint32_t events)
     if (events & EPOLLOUT)
       wire_on_writable (c);
     conn_wake_deferred (c);
-    update_events (p, c, true);
+    update_events (p, c, true, false);
     return;
   }
   if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
@@ -270,7 +275,7 @@ handle_conn (struct poller *p, struct conn *c, uint32_t events)
     r = nbd_aio_notify_write (c->nbd);
   conn_wake_deferred (c);
   retire_failed (c);
-  update_events (p, c, r == -1 || (events & (EPOLLHUP | EPOLLERR)));
+  update_events (p, c, r == -1 || (events & (EPOLLHUP | EPOLLERR)), true);
 }
 
 /* The iteration's events are handled: stop deferring issuers' sends,
@@ -293,7 +298,7 @@ send_deferred (struct poller *p)
 
     if (c->wire && wire_has_queued (c->wire)) {
       wire_on_writable (c);
-      update_events (p, c, false);
+      update_events (p, c, false, true);
     }
   }
 }
