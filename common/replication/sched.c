@@ -33,7 +33,8 @@
  * thread SCHED_BATCH, context switches per request 3.4 against 2.4.
  * With two CPU hogs beside it, SCHED_BATCH throughout cost QD1 writes
  * a quarter of their IOPS, which is why a lone request is served
- * under SCHED_OTHER.
+ * under SCHED_OTHER.  This rule against sched=keep, six rounds: reads
+ * 52.7k against 49.7k, writes 66.1k against 63.6k, QD1 unchanged.
  *
  * The state is per thread (thread-local), so no lock is involved.
  */
