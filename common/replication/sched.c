@@ -36,7 +36,11 @@
  * under SCHED_OTHER.  This rule against sched=keep, six rounds: reads
  * 52.7k against 49.7k, writes 66.1k against 63.6k, QD1 unchanged.
  *
- * The state is per thread (thread-local), so no lock is involved.
+ * The state is per thread, so no lock is involved.  It is kept in a
+ * pthread key rather than a _Thread_local variable: a dlopen'd
+ * module's thread-local storage is allocated on first use and freed
+ * by glibc when another thread reuses the dead thread's stack, which
+ * thread sanitizers report as a race.
  */
 
 #include <config.h>
@@ -44,6 +48,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -51,8 +57,31 @@
 /* A sleeping issuer behind this many others is at depth. */
 #define BATCH_DEPTH 4
 
-/* The calling thread's class (TS_UNSEEN until it is first asked). */
-static _Thread_local enum thread_sched self = TS_UNSEEN;
+/* The key of each thread's class (NULL: TS_UNSEEN). */
+static pthread_key_t class_key;
+static pthread_once_t class_key_once = PTHREAD_ONCE_INIT;
+
+/* Create the class key (once). */
+static void
+make_class_key (void)
+{
+  if (pthread_key_create (&class_key, NULL) != 0)
+    abort ();
+}
+
+/* The calling thread's class. */
+static enum thread_sched
+self_class (void)
+{
+  return (enum thread_sched) (uintptr_t) pthread_getspecific (class_key);
+}
+
+/* Record the calling thread's class. */
+static void
+set_self_class (enum thread_sched cls)
+{
+  pthread_setspecific (class_key, (void *) (uintptr_t) cls);
+}
 
 /* The class a thread in class cur should move to, for a lone request
  * or for one behind depth sleeping issuers (pure; unit tested).
@@ -100,10 +129,10 @@ move_self (enum thread_sched to)
                                &sp);
   if (err != 0) {
     nbdkit_debug ("sched: pthread_setschedparam: %s", strerror (err));
-    self = TS_FOREIGN;
+    set_self_class (TS_FOREIGN);
     return;
   }
-  self = to;
+  set_self_class (to);
 }
 
 /* Adapt the calling thread's policy to what it is about to wait for:
@@ -112,12 +141,16 @@ move_self (enum thread_sched to)
 void
 sched_adapt (bool lone, unsigned depth)
 {
-  enum thread_sched to = sched_next (self, lone, depth);
+  enum thread_sched self, to;
 
+  pthread_once (&class_key_once, make_class_key);
+  self = self_class ();
+  to = sched_next (self, lone, depth);
   if (to == self)
     return;
   if (self == TS_UNSEEN) {
     self = current_class ();
+    set_self_class (self);
     to = sched_next (self, lone, depth);
     if (to == self)
       return;
