@@ -186,9 +186,19 @@ expected_legs (struct volume *v)
   return n;
 }
 
-/* The "volume" object.  v->lock held. */
+/* The volume's generation counter (a bump changes it under
+ * change_lock, which must be taken before v->lock).
+ */
+static uint64_t
+generation_now (struct volume *v)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
+  return v->sb.gen.counter;
+}
+
+/* The "volume" object, with generation gen.  v->lock held. */
 static json_t *
-volume_json (struct volume *v, const struct backup_status *b)
+volume_json (struct volume *v, const struct backup_status *b, uint64_t gen)
 {
   unsigned up = (unsigned) __builtin_popcount (MB_UPTODATE (membership_load (v)));
   json_t *j;
@@ -198,7 +208,7 @@ volume_json (struct volume *v, const struct backup_status *b)
                                      : json_null (),
                  "size", (json_int_t) v->size,
                  "state", volume_state_name (up, expected_legs (v), v->quorum),
-                 "generation", (json_int_t) v->sb.gen.counter,
+                 "generation", (json_int_t) gen,
                  "quorum", (int) v->quorum);
   json_object_set_new (j, "metadata",
                        json_string (v->metadata ? "internal" : "none"));
@@ -236,11 +246,13 @@ status_json (struct volume *v)
   json_t *legs = json_array ();
   json_t *vol;
   struct backup_status b;
+  uint64_t gen;
   size_t i;
 
   backup_get_status (v, &b);    /* takes change_lock: before v->lock */
+  gen = generation_now (v);     /* likewise */
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-  vol = volume_json (v, &b);
+  vol = volume_json (v, &b, gen);
   for (i = 0; i < v->nr_legs; ++i)
     json_array_append_new (legs, leg_json (v, &v->legs[i]));
   return json_pack ("{s:b, s:o, s:o}", "ok", 1, "volume", vol, "legs", legs);
