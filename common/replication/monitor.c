@@ -65,6 +65,38 @@ same_storage_as (struct volume *v, struct leg *l, const uint8_t *uuid,
   return false;
 }
 
+/* Judge a returning leg's superblock sb against the volume's, which a
+ * generation bump may be changing: change_lock held.
+ */
+static enum verdict
+judge_sb_locked (struct volume *v, struct leg *l, const struct superblock *sb,
+                 char *why, size_t len)
+{
+  const struct sb_slot *slot;
+
+  l->sb_seq = sb->seq;
+  l->gen = sb->gen;
+  l->inconsistent = (sb->flags & SB_INCONSISTENT) != 0;
+  slot = sb->slot < v->sb.max_legs ? &v->sb.slots[sb->slot] : NULL;
+  if (slot && (slot->flags & SLOT_ASSIGNED) &&
+      memcmp (slot->uuid, sb->leg_uuid, 16) == 0) {
+    /* Under v->lock, as status reads them. */
+    pthread_mutex_lock (&v->lock);
+    memcpy (l->uuid, sb->leg_uuid, 16);
+    l->slot = (int) sb->slot;
+    pthread_mutex_unlock (&v->lock);
+    if (!l->inconsistent && gen_equal (sb->gen, v->sb.gen))
+      return V_UPTODATE;
+    if (gen_equal (sb->gen, slot->bm_gen))
+      return V_INCREMENTAL;
+  }
+  if (l->inconsistent || sb_knows_gen (&v->sb, sb->gen))
+    return V_FULL;
+  snprintf (why, len, "holds generation %" PRIu64 " which this volume "
+            "never had (split brain): not used", sb->gen.counter);
+  return V_REFUSE;
+}
+
 /* Judge a reconnected leg by its superblock; why gets the reason for a
  * refusal.
  */
@@ -74,7 +106,6 @@ judge_returning_leg (struct volume *v, struct leg *l, char *why, size_t len)
   struct superblock sb;
   enum meta_status st;
   char a[37], b[37];
-  const struct sb_slot *slot;
 
   if (!v->metadata)
     return V_FULL;
@@ -96,27 +127,8 @@ judge_returning_leg (struct volume *v, struct leg *l, char *why, size_t len)
   }
   if (same_storage_as (v, l, sb.leg_uuid, why, len))
     return V_REFUSE;
-  l->sb_seq = sb.seq;
-  l->gen = sb.gen;
-  l->inconsistent = (sb.flags & SB_INCONSISTENT) != 0;
-  slot = sb.slot < v->sb.max_legs ? &v->sb.slots[sb.slot] : NULL;
-  if (slot && (slot->flags & SLOT_ASSIGNED) &&
-      memcmp (slot->uuid, sb.leg_uuid, 16) == 0) {
-    /* Under v->lock, as status reads them. */
-    pthread_mutex_lock (&v->lock);
-    memcpy (l->uuid, sb.leg_uuid, 16);
-    l->slot = (int) sb.slot;
-    pthread_mutex_unlock (&v->lock);
-    if (!l->inconsistent && gen_equal (sb.gen, v->sb.gen))
-      return V_UPTODATE;
-    if (gen_equal (sb.gen, slot->bm_gen))
-      return V_INCREMENTAL;
-  }
-  if (l->inconsistent || sb_knows_gen (&v->sb, sb.gen))
-    return V_FULL;
-  snprintf (why, len, "holds generation %" PRIu64 " which this volume "
-            "never had (split brain): not used", sb.gen.counter);
-  return V_REFUSE;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
+  return judge_sb_locked (v, l, &sb, why, len);
 }
 
 /* A leg holding the current generation rejoins as uptodate: it gets the

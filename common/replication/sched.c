@@ -45,7 +45,6 @@
 
 #include <config.h>
 
-#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
