@@ -191,19 +191,34 @@ parse_error (struct fi_rule *r, const char *v, fi_parse_size_fn ps)
   return "unknown error name";
 }
 
-/* secs=N, fractional allowed. */
+/* Seconds, fractional allowed, into *secs. */
 static const char *
-parse_secs (struct fi_rule *r, const char *v, fi_parse_size_fn ps)
+parse_seconds (const char *v, double *secs)
 {
   char *end;
 
-  (void) ps;
   errno = 0;
-  r->secs = strtod (v, &end);
-  if (*v == '\0' || *end != '\0' || errno != 0 || !isfinite (r->secs) ||
-      r->secs < 0 || r->secs > 86400)
+  *secs = strtod (v, &end);
+  if (*v == '\0' || *end != '\0' || errno != 0 || !isfinite (*secs) ||
+      *secs < 0 || *secs > 86400)
     return "expected seconds (0 to 86400)";
   return NULL;
+}
+
+/* secs=N: how long hold holds. */
+static const char *
+parse_secs (struct fi_rule *r, const char *v, fi_parse_size_fn ps)
+{
+  (void) ps;
+  return parse_seconds (v, &r->secs);
+}
+
+/* delay=N: how long any phase waits before it acts. */
+static const char *
+parse_delay (struct fi_rule *r, const char *v, fi_parse_size_fn ps)
+{
+  (void) ps;
+  return parse_seconds (v, &r->delay);
 }
 
 /* skip=N. */
@@ -229,7 +244,8 @@ static const struct {
 } keys[] = {
   { "id", parse_id }, { "op", parse_op }, { "range", parse_range },
   { "fua", parse_fua }, { "phase", parse_phase }, { "error", parse_error },
-  { "secs", parse_secs }, { "skip", parse_skip }, { "count", parse_count },
+  { "secs", parse_secs }, { "delay", parse_delay }, { "skip", parse_skip },
+  { "count", parse_count },
 };
 
 /* Parse one KEY=VALUE WORD into R; on error say why in ERR. */

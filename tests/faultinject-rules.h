@@ -59,6 +59,7 @@ struct fi_rule {
   enum fi_phase phase;
   int error;                    /* errno; 0 if error= was not given */
   double secs;                  /* hold */
+  double delay;                 /* slept before any phase acts */
   uint64_t skip;                /* matches passed untouched first */
   uint64_t count;               /* firings; 0 = unlimited */
   uint64_t skipped, fired;      /* counters, 0 after parsing */

@@ -14,7 +14,9 @@
  * the request, applies it and fails it, holds it (a sleep a client's
  * disconnection does not cut short, unlike the delay filter's), shuts
  * down every connected socket of the process, or _exits the process,
- * before or after applying it.  Each firing appends "fire ID PHASE OP
+ * before or after applying it; delay= makes any of these wait first, in
+ * the same sleep (a refusal that comes late: a superblock write that
+ * fails only after others have gone on meanwhile).  Each firing appends "fire ID PHASE OP
  * OFFSET COUNT" to the log (log=), and "done ..." once a request that
  * goes on to be applied came back from the plugin; one write(2) per line
  * on an O_APPEND fd, so lines never interleave.  One mutex covers the
@@ -84,6 +86,7 @@ struct firing {
   enum fi_phase phase;
   int error;                            /* 0: none (hold only) */
   double secs;
+  double delay;
 };
 
 /* Free the rules and the paths. */
@@ -256,6 +259,7 @@ select_locked (const struct request *r, uint64_t size, struct firing *f)
   if (f->error == 0 && rule->phase != FI_HOLD)
     f->error = EIO;
   f->secs = rule->secs;
+  f->delay = rule->delay;
   return true;
 }
 
@@ -393,6 +397,8 @@ act (const struct request *r, const struct firing *f, int *err)
   int ret;
 
   log_event ("fire", f, r);
+  if (f->delay > 0)
+    hold (f->delay);
   switch (f->phase) {
   case FI_REFUSE:
     return fail (err, f->error);

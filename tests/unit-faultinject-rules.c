@@ -73,6 +73,7 @@ static const struct parse_case parse_cases[] = {
   BAD ("range=--", "range=--"),
   BAD ("secs=-1", "secs=-1"),
   BAD ("secs=nan", "secs=nan"),
+  BAD ("delay=-1", "delay=-1"),
   BAD ("count=-1", "count=-1"),
   BAD ("skip=3x", "skip=3x"),
   BAD ("fua=maybe", "fua=maybe"),
