@@ -98,6 +98,7 @@ struct wire;
  */
 struct conn {
   struct leg *leg;
+  _Atomic bool aborted;     /* conn_shutdown was called */
   struct nbd_handle *nbd;
   struct wire *wire;        /* NULL: commands go through libnbd */
   int fd;                   /* our duplicate of the handle's socket */
@@ -156,6 +157,14 @@ struct leg {
   pthread_mutex_t conns_lock;           /* conns[] against leg_shutdown */
   _Atomic unsigned inflight;            /* requests in flight (least-busy) */
   struct leg_caps caps;
+
+  /* Sockets of aborted connections kept until their server has closed
+   * them (drain.c), under conns_lock.
+   */
+  int *drain_fds;
+  size_t nr_drain, cap_drain;
+  uint64_t drain_since_ns;              /* when the oldest was kept */
+  bool drain_untracked;                 /* one could not be kept */
 
   /* Written under v->lock; the state is also read without it. */
   _Atomic (enum leg_state) state;
@@ -329,6 +338,11 @@ extern struct conn *conn_connect (struct leg *leg, double timeout,
                                   char *err, size_t errlen);
 extern void conn_shutdown (struct conn *c);
 extern void conn_close (struct conn *c);
+
+/* drain.c: sockets kept until the server has closed them. */
+extern void drain_adopt (struct leg *l, int fd);
+extern size_t drain_pending (struct leg *l, uint64_t *since_ns);
+extern void drain_free (struct leg *l);
 
 /* poller.c */
 extern struct poller *poller_new (bool sched_auto);

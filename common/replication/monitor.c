@@ -163,8 +163,40 @@ rejoin_uptodate (struct volume *v, struct leg *l)
   return 0;
 }
 
+/* Has the server of l (as l, or as a removed leg of the same URI) not
+ * yet closed every connection we aborted?  Then nothing may reach it
+ * (drain.c) and err says why.
+ */
+static bool
+old_connections_open (struct volume *v, struct leg *l, char *err, size_t len)
+{
+  uint64_t since = 0, s;
+  size_t i, k, n = 0;
+
+  for (i = 0; i < v->nr_legs; ++i) {
+    struct leg *o = &v->legs[i];
+    if (o != l && (o->uri == NULL || l->uri == NULL ||
+                   strcmp (o->uri, l->uri) != 0))
+      continue;
+    k = drain_pending (o, &s);
+    if (k > 0 && (n == 0 || s < since))
+      since = s;
+    n += k;
+  }
+  if (n == 0)
+    return false;
+  snprintf (err, len, "waiting %.0fs so far for the server to close %zu "
+            "aborted connection%s (writes sent on %s may still land): the "
+            "leg is not used until it does (restart the server if it "
+            "never will)", (double) (now_ns () - since) / 1e9, n,
+            n == 1 ? "" : "s", n == 1 ? "it" : "them");
+  return true;
+}
+
 /* Connect a leg and judge it.  On V_REFUSE or V_UNREACHABLE the leg
- * is closed again and err says why.  v->lock not held.
+ * is closed again and err says why.  A leg whose aborted connections
+ * its server has not closed yet is unreachable (see drain.c).  v->lock
+ * not held.
  */
 enum verdict
 monitor_examine_leg (struct volume *v, struct leg *l, char *err, size_t len)
@@ -172,6 +204,8 @@ monitor_examine_leg (struct volume *v, struct leg *l, char *err, size_t len)
   enum verdict verdict;
 
   leg_close (l);
+  if (old_connections_open (v, l, err, len))
+    return V_UNREACHABLE;
   if (leg_open (l, 0, err, len) == -1 || leg_attach (l) == -1 ||
       (v->metadata && meta_alloc_leg (v, l) == -1)) {
     leg_close (l);
@@ -221,13 +255,24 @@ reconnect_failed (struct volume *v, struct leg *l, const char *why,
   leg_back_off_locked (l);
 }
 
-/* Try to bring a failed leg back.  v->lock not held. */
+/* Try to bring a failed leg back.  While its server has old
+ * connections open, look again every second (not backing off: the leg
+ * is wanted as soon as they are closed).  v->lock not held.
+ */
 static void
 reconnect (struct volume *v, struct leg *l)
 {
   char err[256], why[300], name[160];
-  enum verdict verdict = monitor_examine_leg (v, l, err, sizeof err);
+  enum verdict verdict;
 
+  leg_close (l);
+  if (old_connections_open (v, l, err, sizeof err)) {
+    leg_set_error (l, "%s", err);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    l->next_attempt_ns = now_ns () + 1000000000;
+    return;
+  }
+  verdict = monitor_examine_leg (v, l, err, sizeof err);
   leg_name (l, name, sizeof name);
   switch (verdict) {
   case V_UNREACHABLE:
