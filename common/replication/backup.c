@@ -142,7 +142,8 @@ start_period (struct volume *v, struct backup *b, int s, const char *base,
     bitmap_clear_all (t);
     memcpy (slot->uuid, token, 16);
     slot->flags = SLOT_ASSIGNED | SLOT_TRACKER;
-    slot->bm_gen = (struct gen) { v->sb.gen.counter, random_u64 () };
+    meta_set_bm_gen (v, (unsigned) s,
+                     (struct gen) { v->sb.gen.counter, random_u64 () });
   }
   return 0;
 }

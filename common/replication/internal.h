@@ -326,6 +326,7 @@ extern const char *volume_state_name (unsigned uptodate, unsigned total,
                                       unsigned quorum);
 extern bool errno_fails_leg (int err);
 extern bool errno_is_disconnect (int err);
+extern bool errno_is_refusal (int err);
 extern int errno_for_client (int err);
 
 /* select.c: which leg serves a read. */
@@ -427,13 +428,16 @@ extern void volume_fail_leg (struct volume *v, struct leg *l, unsigned epoch,
 
 /* io.c */
 extern int io_flush_legs (struct volume *v, uint16_t legs, int *err);
-extern int io_write_locked (struct volume *v, const struct leg_cmd *cmd);
+extern int io_write_locked (struct volume *v, const struct leg_cmd *cmd,
+                            uint16_t *counted);
 extern uint64_t io_max_piece (struct volume *v);
 extern void io_mark_absent (struct volume *v, uint16_t absent,
                             uint64_t offset, uint64_t count);
 extern bool io_is_quorum (const struct volume *v, uint16_t legs);
 extern int io_judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
-                           uint16_t uptodate, const char *what);
+                           uint16_t uptodate, const char *what,
+                           uint16_t *counted);
+extern int io_acknowledge (struct volume *v, int err, uint16_t counted);
 extern int io_choose_read_leg (struct volume *v, uint16_t candidates);
 extern int io_read_failed (struct volume *v, uint16_t up, unsigned li,
                            unsigned epoch, int e);

@@ -251,6 +251,18 @@ meta_write_sb (struct volume *v, uint16_t legs, int *errs)
   return failed;
 }
 
+/* Start slot s's bitmap counting from generation g (see metaio.h):
+ * every page is rewritten, also those whose bits do not change, since
+ * a page on disk under another bm_gen reads as empty.
+ */
+void
+meta_set_bm_gen (struct volume *v, unsigned s, struct gen g)
+{
+  v->sb.slots[s].bm_gen = g;
+  if (v->bitmaps[s] != NULL)
+    bitmap_mark_all_dirty (v->bitmaps[s]);
+}
+
 /* Record that leg l no longer receives writes (see metaio.h). */
 void
 meta_record_absent (struct volume *v, struct leg *l, bool was_uptodate,
@@ -264,11 +276,8 @@ meta_record_absent (struct volume *v, struct leg *l, bool was_uptodate,
   if (!flushed)
     al_or_hot_into (v->al, v->bitmaps[l->slot]);
   if (was_uptodate) {
-    s->bm_gen = l->gen;
     s->flags &= ~SLOT_MEMBER;
-    bitmap_mark_all_dirty (v->bitmaps[l->slot]);
-    memset (v->bm_seq[l->slot], 0,
-            v->layout.bm_pages * sizeof *v->bm_seq[l->slot]);
+    meta_set_bm_gen (v, (unsigned) l->slot, l->gen);
   }
 }
 
@@ -313,8 +322,13 @@ fail_unreached (struct volume *v, uint16_t failed, const int *errs)
 
 /* Bump the generation (change_lock held).  If in the end no leg could
  * take a new generation, the volume's superblock goes back to the last
- * one some leg holds: a leg that returns with it is then uptodate again
- * (it is the newest data there is).
+ * one some leg holds, with what the caller noted before the bump (the
+ * absence of the leg whose failure it records): the legs failed here
+ * were the last uptodate ones, so a leg that returns with that
+ * generation is uptodate again if it is a member of it (it holds the
+ * newest data there is), and the leg whose failure could not be
+ * recorded is not.  The writes that waited for this bump are EIO
+ * (io_acknowledge: the legs they counted on have failed).
  */
 int
 meta_bump (struct volume *v)
@@ -347,7 +361,11 @@ meta_bump (struct volume *v)
   }
 }
 
-/* Record a failed leg (see metaio.h). */
+/* Record a failed leg (see metaio.h).  The last uptodate leg's
+ * failure is not recorded: no write can be acknowledged without it, so
+ * it stays a member of the generation it holds, the newest there is,
+ * and is uptodate again when it returns.
+ */
 void
 meta_record_failure (struct volume *v, struct leg *l, bool was_uptodate)
 {
@@ -355,6 +373,11 @@ meta_record_failure (struct volume *v, struct leg *l, bool was_uptodate)
     return;
 
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
+  if (was_uptodate && MB_UPTODATE (membership_load (v)) == 0) {
+    nbdkit_error ("leg %u was the last uptodate leg: the volume has failed",
+                  l->index);
+    return;
+  }
   meta_record_absent (v, l, was_uptodate, false);
   if (meta_bump (v) == -1)
     nbdkit_error ("no uptodate leg left to record the failure of leg %u",

@@ -39,6 +39,13 @@ extern uint16_t meta_write_sb (struct volume *v, uint16_t legs, int *errs);
  */
 extern int meta_bump (struct volume *v);
 
+/* Make slot s's bitmap count from generation g (change_lock held, or
+ * before the volume runs): its bm_gen, and every page of its bitmap
+ * marked for rewriting (a page left on disk under the old bm_gen would
+ * read as empty after a restart, whether or not its bits changed).
+ */
+extern void meta_set_bm_gen (struct volume *v, unsigned s, struct gen g);
+
 /* Record that leg l no longer receives writes (change_lock held): the
  * hot extents into its bitmap (a write there may be torn or lost on it,
  * unless it completed every write and was flushed since: `flushed`),

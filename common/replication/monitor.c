@@ -7,8 +7,10 @@
  * until no request can still reach them).  Once it answers, its
  * superblock decides what it is to a running controller, which never
  * re-elects: it is uptodate only if it holds exactly the volume's
- * current generation (it was the last leg to go and nothing was
- * written since); it resyncs incrementally if its generation is its
+ * current generation and its slot is a member of it (it was the last
+ * leg to go and nothing was written since; a leg whose failure was
+ * noted but could not be recorded holds that generation too, and is
+ * no member); it resyncs incrementally if its generation is its
  * slot's bm_gen; fully if the volume knows its generation, if it is
  * inconsistent or blank; and it is refused if it belongs to another
  * volume or holds a generation the volume never had (split brain).
@@ -85,7 +87,8 @@ judge_sb_locked (struct volume *v, struct leg *l, const struct superblock *sb,
     memcpy (l->uuid, sb->leg_uuid, 16);
     l->slot = (int) sb->slot;
     pthread_mutex_unlock (&v->lock);
-    if (!l->inconsistent && gen_equal (sb->gen, v->sb.gen))
+    if (!l->inconsistent && (slot->flags & SLOT_MEMBER) &&
+        gen_equal (sb->gen, v->sb.gen))
       return V_UPTODATE;
     if (gen_equal (sb->gen, slot->bm_gen))
       return V_INCREMENTAL;

@@ -353,12 +353,26 @@ zero_all_legs (struct volume *v)
   return 0;
 }
 
-/* Write an empty activity log to legs (both copies). */
+/* Write an empty activity log to legs (both copies), once the legs
+ * have flushed what start-up wrote to their data areas (init=zero's
+ * zeroes, crash recovery's copies): the log's FUA makes durable only
+ * the log itself, and an empty log says no extent needs recovering.
+ */
 static int
 write_empty_log (struct volume *v, uint16_t legs)
 {
+  static const struct leg_cmd flush = { .op = OP_FLUSH };
   unsigned copy;
+  size_t i;
 
+  for (i = 0; i < v->nr_legs; ++i) {
+    int e = (legs & (1u << i)) ? leg_sync_io (&v->legs[i], &flush) : 0;
+    if (e != 0) {
+      nbdkit_error ("leg %zu: flush before writing the activity log: %s",
+                    i, strerror (e));
+      return -1;
+    }
+  }
   for (copy = 0; copy < 2; ++copy)
     if (al_write_to (v->al, legs) != 0) {
       nbdkit_error ("writing the activity log failed");
@@ -468,9 +482,8 @@ prepare_absent_slots (struct volume *v, uint16_t winners, uint16_t *absent)
       return -1;
     *absent |= 1u << s;
     if (slot->flags & SLOT_MEMBER) {
-      slot->bm_gen = v->sb.gen;
+      meta_set_bm_gen (v, s, v->sb.gen);
       slot->flags &= ~SLOT_MEMBER;
-      bitmap_mark_all_dirty (v->bitmaps[s]);
     }
     else if (meta_load_bitmap (v, s, winners) == -1)
       return -1;
