@@ -159,6 +159,28 @@ meta_read_al (struct leg *l, uint32_t *extents, uint32_t *nr, uint64_t *seq,
   return 0;
 }
 
+/* Learn the seq of the newest valid activity log on leg l, so that the
+ * logs we write to it are newer than any it holds from an earlier life
+ * (the copy with the highest seq wins when it is read back after a
+ * crash).  A leg whose log cannot be read keeps the seq it has.
+ */
+void
+meta_learn_al_seq (struct leg *l)
+{
+  CLEANUP_FREE uint32_t *ext = calloc (l->v->layout.al_extents, sizeof *ext);
+  enum meta_status st;
+  uint64_t seq;
+  uint32_t nr;
+  char err[256];
+
+  if (ext == NULL || l->v->layout.al_bytes == 0 ||
+      meta_read_al (l, ext, &nr, &seq, &st, err, sizeof err) == -1 ||
+      st != META_OK)
+    return;
+  if (seq > l->al_seq)
+    l->al_seq = seq;
+}
+
 /* OR a slot's bitmap as found on legs into v->bitmaps[slot]. */
 int
 meta_load_bitmap (struct volume *v, unsigned slot, uint16_t legs)
@@ -475,21 +497,25 @@ write_bitmaps (struct volume *v, uint16_t legs, bool all)
   return failed;
 }
 
-/* Write the dirty bitmap pages to every uptodate leg. */
+/* Write the dirty bitmap pages to every leg receiving writes: the
+ * uptodate legs and the syncing ones, so that a leg finishing its
+ * resync, which got every page once (meta_write_all_bitmaps), misses
+ * none written after that.  Returns 0 if an uptodate leg took them.
+ */
 int
 meta_persist_bitmaps (struct volume *v)
 {
-  uint16_t up = MB_UPTODATE (membership_load (v));
+  uint64_t m = membership_load (v);
   uint16_t failed;
   unsigned i;
 
   if (!v->metadata)
     return 0;
-  failed = write_bitmaps (v, up, false);
+  failed = write_bitmaps (v, MB_WRITING (m), false);
   for (i = 0; i < v->nr_legs; ++i)
     if (failed & (1u << i))
       volume_fail_leg (v, &v->legs[i], EPOCH_ANY, "bitmap write failed");
-  return (up & ~failed) ? 0 : -1;
+  return (MB_UPTODATE (m) & ~failed) ? 0 : -1;
 }
 
 /* Write every bitmap page to legs (a joining leg). */

@@ -217,6 +217,8 @@ monitor_examine_leg (struct volume *v, struct leg *l, char *err, size_t len)
   verdict = judge_returning_leg (v, l, err, len);
   if (verdict == V_REFUSE || verdict == V_UNREACHABLE)
     leg_close (l);
+  else if (v->metadata)
+    meta_learn_al_seq (l);
   return verdict;
 }
 

@@ -590,6 +590,20 @@ recover_logs (struct volume *v, uint16_t winners, uint16_t absent)
   return 0;
 }
 
+/* The winners' log seqs are read with their logs (union_of_logs); a
+ * stale leg's are read here, so that the logs it gets once it receives
+ * writes are newer than those of its earlier life.
+ */
+static void
+learn_stale_al_seqs (struct volume *v)
+{
+  size_t i;
+
+  for (i = 0; i < v->nr_legs; ++i)
+    if (atomic_load (&v->legs[i].state) == LEG_STALE)
+      meta_learn_al_seq (&v->legs[i]);
+}
+
 /* Set leg states from the election's roles; returns the winners. */
 static uint16_t
 apply_roles (struct volume *v, const struct elect_result *res)
@@ -693,6 +707,7 @@ start_with_metadata (struct volume *v)
   v->al = al_new (v);
   if (v->al == NULL || alloc_leg_bitmaps (v) == -1)
     return -1;
+  learn_stale_al_seqs (v);
   if (res.outcome == ELECT_EXISTING &&
       (prepare_absent_slots (v, winners, &absent) == -1 ||
        recover_logs (v, winners, absent) == -1))
