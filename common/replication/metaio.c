@@ -211,8 +211,12 @@ meta_load_bitmap (struct volume *v, unsigned slot, uint16_t legs)
       bm_page_pick (buf, v->sb.volume_uuid, slot, (uint32_t) p, bm_gen,
                     &seq, words);
       bitmap_page_or (v->bitmaps[slot], p, words);
-      if (seq > v->bm_seq[slot][p])
-        v->bm_seq[slot][p] = seq;
+      {
+        /* The page writer reads and bumps bm_seq under this lock. */
+        ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->bm_write_lock);
+        if (seq > v->bm_seq[slot][p])
+          v->bm_seq[slot][p] = seq;
+      }
     }
   }
   return 0;

@@ -136,7 +136,11 @@ judge_returning_leg (struct volume *v, struct leg *l, char *why, size_t len)
 
 /* A leg holding the current generation rejoins as uptodate: it gets the
  * activity log and every bitmap first, like a leg finishing a resync.
- * Returns -1 if it could not take them.
+ * Returns -1 if it could not take them.  No log commit or bitmap page
+ * can be missed between those writes and the publication: a leg is
+ * judged uptodate only when the volume has no uptodate leg (its
+ * failure, or the last one's, was not recorded), so no client write is
+ * accepted meanwhile.
  */
 static int
 rejoin_uptodate (struct volume *v, struct leg *l)
