@@ -235,6 +235,16 @@ struct volume {
   /* Serialises generation bumps and superblock writes. */
   pthread_mutex_t change_lock;
   struct superblock sb;         /* the common superblock (change_lock) */
+  /* Generations a bump wrote that no leg confirmed, since v->sb.gen was
+   * last recorded: a leg may hold one (its write was applied, then
+   * failed), and then stands as if it held v->sb.gen (metaio.c).  The
+   * highest counter ever written: the next bump goes above it.  Both
+   * under change_lock.
+   */
+#define MAX_UNRECORDED 16
+  struct gen unrecorded[MAX_UNRECORDED];
+  unsigned nr_unrecorded;
+  uint64_t max_counter;
 
   /* Out-of-sync bitmaps by slot (allocated while the slot is absent
    * or syncing).  Under v->lock for allocation; bits are atomic.

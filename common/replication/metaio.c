@@ -346,39 +346,98 @@ fail_unreached (struct volume *v, uint16_t failed, const int *errs)
   }
 }
 
+/* Is g a generation a failed bump wrote since v->sb.gen was recorded
+ * (change_lock held)?
+ */
+bool
+meta_gen_unrecorded (const struct volume *v, struct gen g)
+{
+  unsigned i;
+
+  for (i = 0; i < v->nr_unrecorded; ++i)
+    if (gen_equal (v->unrecorded[i], g))
+      return true;
+  return false;
+}
+
+/* The next generation: its counter above every one ever written, also
+ * by bumps no leg confirmed (two generations with one counter would be
+ * a split brain at the next start).
+ */
+static struct gen
+next_gen (struct volume *v)
+{
+  uint64_t c = v->sb.gen.counter > v->max_counter ? v->sb.gen.counter
+                                                  : v->max_counter;
+
+  v->max_counter = c + 1;
+  return (struct gen) { c + 1, random_u64 () };
+}
+
+/* A bump that no leg took: go back to the superblock last recorded,
+ * keeping the generations it wrote in the history (a leg may hold one,
+ * its write applied and then failed) and in v->unrecorded, where they
+ * stand for the recorded one.
+ */
+static void
+restore_recorded (struct volume *v, const struct superblock *recorded,
+                  const struct gen *tried, unsigned nr_tried)
+{
+  unsigned i;
+
+  v->sb = *recorded;
+  for (i = 0; i < nr_tried; ++i) {
+    struct gen cur = v->sb.gen;
+
+    v->sb.gen = tried[i];
+    sb_push_gen (&v->sb, cur);
+    if (v->nr_unrecorded < MAX_UNRECORDED)
+      v->unrecorded[v->nr_unrecorded++] = tried[i];
+  }
+}
+
 /* Bump the generation (change_lock held).  If in the end no leg could
  * take a new generation, the volume's superblock goes back to the last
  * one some leg holds, with what the caller noted before the bump (the
  * absence of the leg whose failure it records): the legs failed here
  * were the last uptodate ones, so a leg that returns with that
- * generation is uptodate again if it is a member of it (it holds the
- * newest data there is), and the leg whose failure could not be
- * recorded is not.  The writes that waited for this bump are EIO
- * (io_acknowledge: the legs they counted on have failed).
+ * generation (or one this bump wrote to it, see restore_recorded) is
+ * uptodate again if it is a member of it (it holds the newest data
+ * there is), and the leg whose failure could not be recorded is not.
+ * The writes that waited for this bump are EIO (io_acknowledge: the
+ * legs they counted on have failed).
  */
 int
 meta_bump (struct volume *v)
 {
   struct superblock recorded = v->sb;
+  struct gen tried[MAX_LEGS];
+  unsigned nr_tried = 0;
   int errs[MAX_LEGS];
 
   for (;;) {
     uint16_t up = MB_UPTODATE (membership_load (v)), failed;
-    struct gen next = { v->sb.gen.counter + 1, random_u64 () };
+    struct gen next;
     unsigned i;
 
     if (up == 0) {
-      v->sb = recorded;
+      restore_recorded (v, &recorded, tried, nr_tried);
       return -1;
     }
+    next = next_gen (v);
     sb_push_gen (&v->sb, next);
     set_members (v, up);
     failed = meta_write_sb (v, up, errs);
     for (i = 0; i < v->nr_legs; ++i)
       if ((up & ~failed) & (1u << i))
         v->legs[i].gen = next;
-    if (up & ~failed)
+    if (up & ~failed) {
       recorded = v->sb;
+      nr_tried = 0;
+      v->nr_unrecorded = 0;
+    }
+    else if (nr_tried < MAX_LEGS)
+      tried[nr_tried++] = next;
     if (failed == 0) {
       nbdkit_debug ("generation %" PRIu64 " recorded", next.counter);
       return 0;

@@ -38,6 +38,12 @@ extern int meta_load_bitmap (struct volume *v, unsigned slot, uint16_t legs);
  */
 extern uint16_t meta_write_sb (struct volume *v, uint16_t legs, int *errs);
 
+/* Is g a generation written by a bump no leg confirmed, since the
+ * volume's generation was last recorded?  A leg holding one stands as
+ * if it held the volume's generation.  change_lock held.
+ */
+extern bool meta_gen_unrecorded (const struct volume *v, struct gen g);
+
 /* Bump the generation on every uptodate leg (change_lock held); legs
  * that cannot take it are failed and the bump repeated.  Returns 0, or
  * -1 if no uptodate leg is left.

@@ -88,7 +88,7 @@ judge_sb_locked (struct volume *v, struct leg *l, const struct superblock *sb,
     l->slot = (int) sb->slot;
     pthread_mutex_unlock (&v->lock);
     if (!l->inconsistent && (slot->flags & SLOT_MEMBER) &&
-        gen_equal (sb->gen, v->sb.gen))
+        (gen_equal (sb->gen, v->sb.gen) || meta_gen_unrecorded (v, sb->gen)))
       return V_UPTODATE;
     if (gen_equal (sb->gen, slot->bm_gen))
       return V_INCREMENTAL;
