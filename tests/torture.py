@@ -491,7 +491,9 @@ ACTION_KINDS = [
     ('resync-full', 2),
     ('remove-add', 2),
     ('verify-repair', 2),
-    ('rule', 8),
+    ('rule', 10),
+    ('meta-then-fail', 2),
+    ('source-fail', 2),
 ]
 
 
@@ -536,6 +538,7 @@ class Campaign:
         self.sanitizer_offset = 0
         self.fired_seen = {}        # log path -> bytes parsed
         self.expected_dead = set()  # replicas we killed (not to restart)
+        self.exits_fired = {}       # replica -> exit rules fired, not yet seen
         self.nlegs = 3
         self.uris = []
 
@@ -730,6 +733,8 @@ class Campaign:
                     kind = w[1].split('.')[0]
                     self.count('fired:' + kind)
                     self.journal('FIRE r%d %s' % (i, line))
+                    if len(w) >= 3 and w[2] in ('exit', 'apply-exit'):
+                        self.exits_fired[i] = self.exits_fired.get(i, 0) + 1
 
     # -- the schedule -------------------------------------------------------
 
@@ -739,9 +744,12 @@ class Campaign:
         legs = [0, 1, 2]
         victims = rng.sample(legs, 2 if rng.random() < 0.2 else 1)
         events = []
-        nfaults = rng.randint(1, 4)
+        nfaults = rng.randint(2, 6)
+        # A slow resync makes resyncs overlap the other faults.
+        rate = rng.choice([0, 0, 4 * MiB, 16 * MiB, 64 * MiB])
+        events.append((0.0, 'set-rate', rate))
         kinds = ACTION_KINDS if self.cfg.faultinject else \
-            [k for k in ACTION_KINDS if k[0] != 'rule']
+            [k for k in ACTION_KINDS if k[0] not in ('rule', 'meta-then-fail')]
         for k in range(nfaults):
             t = rng.uniform(0.5, dur * 0.75)
             kind = wchoice(rng, kinds)[0]
@@ -763,12 +771,33 @@ class Campaign:
                 events.append((t + rng.uniform(0.3, 3), 'add-blank' if blank else 'add', leg))
             elif kind == 'verify-repair':
                 events.append((t, 'verify-repair', None))
+            elif kind == 'meta-then-fail':
+                # The recording of a leg's failure fails on the others.
+                others = tuple(l for l in legs if l != leg)
+                rk = wchoice(rng, [r for r in RULE_KINDS if r[0].startswith('meta')])
+                words = rk[2]
+                if 'hold' in words:
+                    words += ' secs=%d' % (self.cfg.timeout + rng.randint(1, 4))
+                rid = '%s.r%dn%d' % (rk[0], rnd, k)
+                line = 'id=%s %s skip=0 count=%d' % (rid, words, rng.choice([1, 2, 4]))
+                events.append((t, 'arm', (others, line)))
+                events.append((t + 0.1, rng.choice(['fail', 'kill-leg']), leg))
+                events.append((t + rng.uniform(2, 5), 'disarm', (others, rid)))
+                events.append((t + rng.uniform(2, 6), 'restart-leg', leg))
+            elif kind == 'source-fail':
+                # A resync whose source leaves uptodate under it.
+                src = rng.choice([l for l in legs if l != leg])
+                events.append((t, 'set-rate', rng.choice([4 * MiB, 8 * MiB])))
+                events.append((t + 0.05, 'resync-full', leg))
+                events.append((t + rng.uniform(0.3, 2), rng.choice(['fail', 'kill-leg']), src))
+                events.append((t + rng.uniform(2.5, 5), 'restart-leg', src))
             else:
                 rk = wchoice(rng, RULE_KINDS)
                 words = rk[2]
                 if 'hold' in words:
                     words += ' secs=%d' % (self.cfg.timeout + rng.randint(1, 4))
-                skip = rng.choice([0, 0, 1, 3, 10, 30])
+                skip = rng.choice([0, 0, 1, 3, 10, 30]) if 'range=' not in words \
+                    else rng.choice([0, 0, 1, 2])
                 cnt = rng.choice([1, 1, 1, 2, 3, 8])
                 rid = '%s.r%dn%d' % (rk[0], rnd, k)
                 line = 'id=%s %s skip=%d count=%d' % (rid, words, skip, cnt)
@@ -798,6 +827,9 @@ class Campaign:
                 self.act('kill -9 replica %d' % arg)
             else:
                 self.act('kill -9 replica %d: already down' % arg)
+        elif kind == 'set-rate':
+            rc, out, err = self.nbdrep('set', self.ctl, 'resync-rate', str(arg))
+            self.act('nbdrep set resync-rate %d: rc=%s %s' % (arg, rc, (out + err)[:200]))
         elif kind == 'restart-leg':
             self.restart_replica(arg)
         elif kind == 'kill-controller':
@@ -992,10 +1024,21 @@ class Campaign:
             r = self.replicas[i]
             if r.proc is not None and not r.alive() and i not in self.expected_dead:
                 rc = r.proc.returncode
-                # An exit rule, or a crash of the replica (not our bug).
+                # An exit rule, or a crash of the replica server (stock
+                # nbdkit and the fault filter: not the engine; a suspect).
                 self.count_firings()
-                self.act('replica %d exited by itself (status %s): restarting it' % (i, rc))
-                self.count('replica-exited')
+                if self.exits_fired.get(i, 0) > 0:
+                    self.exits_fired[i] = 0     # several may fire at once
+                    self.act('replica %d exited (exit rule; status %s): restarting it'
+                             % (i, rc))
+                    self.count('replica-exited')
+                else:
+                    self.act('replica %d exited by itself with no exit rule fired '
+                             '(status %s): restarting it' % (i, rc))
+                    self.count('replica-crashed')
+                    self.suspects.append('round %d: replica %d exited with status %s '
+                                         'and no exit rule fired; its log %s ends:\n%s'
+                                         % (self.round, i, rc, r.log, tail(r.log, 15)))
                 time.sleep(0.3)
                 self.restart_replica(i)
 
@@ -1038,6 +1081,7 @@ class Campaign:
                 self.restart_replica(i)
         if not self.ensure_controller():
             return
+        rc, out, err = self.nbdrep('set', self.ctl, 'resync-rate', '0')
         # Legs removed (and not added back) come back now.
         st = self.status()
         for i in range(3):
@@ -1234,6 +1278,8 @@ class Campaign:
 def fmt_arg(a):
     if a is None:
         return ''
+    if isinstance(a, int) and a >= 4096:
+        return '%d' % a
     if isinstance(a, tuple):
         return 'replicas %s: %s' % (','.join(map(str, a[0])), a[1])
     return 'leg %s' % a
@@ -1295,9 +1341,14 @@ def main():
     print('rounds: %d in %.0f s' % (rounds, now() - T0))
     print('requests: %d acknowledged, %d failed; %d online read checks'
           % (acked, errs, reads))
+    # Injected events: kills, nbdrep actions, rule firings (not the
+    # arming of a rule, nor restarts, nor the exits a firing caused).
     injected = {k: v for k, v in camp.faults.items()
-                if not k.startswith('verify-done') and not k.startswith('rule-armed')}
-    print('faults injected: %d' % sum(injected.values()))
+                if not k.startswith(('verify-done', 'rule-armed', 'restart-',
+                                     'replica-exited', 'verify-mismatch',
+                                     'replica-crashed'))}
+    print('faults injected: %d (by kind below; rule-armed, restart-*, '
+          'verify-done-rc* and replica-exited are not counted)' % sum(injected.values()))
     for k in sorted(camp.faults):
         print('  %-28s %d' % (k, camp.faults[k]))
     if camp.suspects:
@@ -1317,7 +1368,7 @@ def main():
         for t in camp.internal:
             print(t)
     failed = bool(camp.violations or camp.internal)
-    if failed or cfg.keep:
+    if failed or cfg.keep or camp.suspects:
         print('tmpdir kept: %s' % camp.tmpdir)
     else:
         shutil.rmtree(camp.tmpdir, ignore_errors=True)
