@@ -792,7 +792,13 @@ class Campaign:
                 events.append((t + rng.uniform(0.3, 2), rng.choice(['fail', 'kill-leg']), src))
                 events.append((t + rng.uniform(2.5, 5), 'restart-leg', src))
             else:
-                rk = wchoice(rng, RULE_KINDS)
+                kinds_ok = RULE_KINDS
+                if self.cfg.shape == 'filter' and leg == 0:
+                    # Leg 0's fault filter runs inside the controller:
+                    # an exit or a drop there would be the controller's.
+                    kinds_ok = [r for r in RULE_KINDS
+                                if not any(p in r[2] for p in ('exit', 'drop'))]
+                rk = wchoice(rng, kinds_ok)
                 words = rk[2]
                 if 'hold' in words:
                     words += ' secs=%d' % (self.cfg.timeout + rng.randint(1, 4))
