@@ -8,7 +8,8 @@
 # They keep the oracle's expected file in step with what the client wrote
 # (every write goes through the controller first and reaches the expected
 # file only once the controller acknowledged it), assert on the status
-# JSON in one snapshot, expect errors and drive nbdkit's pause filter.
+# JSON in one snapshot, expect errors, drive nbdkit's pause filter and
+# arm the faultinject filter (tests/faultinject.c) with rules.
 # Like functions.sh they fail by returning non-zero, never by set -e.
 
 # now_us: print the wall clock in microseconds.
@@ -125,4 +126,39 @@ pause_replica ()
 resume_replica ()
 {
   _pause_command "$1" r
+}
+
+# fault_arm FILE RULE...: make the rules file FILE of the faultinject
+# filter hold the rules RULE... (one a line), atomically (FILE.tmp, then
+# mv): the filter re-reads it, with fresh counters, at its next request.
+fault_arm ()
+{
+  local file=$1
+  shift
+  printf '%s\n' "$@" >"$file.tmp" || return 1
+  mv -f "$file.tmp" "$file"
+}
+
+# fault_clear FILE: remove every rule from FILE (atomically: FILE
+# becomes empty).
+fault_clear ()
+{
+  : >"$1.tmp" || return 1
+  mv -f "$1.tmp" "$1"
+}
+
+# _fault_logged LOG WORD ID: has the faultinject log LOG a line
+# "WORD ID ..."?
+_fault_logged ()
+{
+  awk -v w="$2" -v id="$3" '$1 == w && $2 == id { found = 1; exit }
+    END { exit !found }' "$1" 2>/dev/null
+}
+
+# fault_wait LOG ID [WORD] [TIMEOUT]: wait (TIMEOUT s, default 60) until
+# the faultinject log LOG has a line "WORD ID ..." (WORD: fire, the
+# default, or done).
+fault_wait ()
+{
+  wait_until "${4:-60}" _fault_logged "$1" "${3:-fire}" "$2"
 }

@@ -67,42 +67,44 @@ struct errno_case {
   int err;
   bool fails_leg;
   bool disconnect;
+  bool refusal;
   int client;
 };
 
 #define E(e) #e, e
 
 static const struct errno_case errno_cases[] = {
-  { E(0),            false, false, 0 },
+  { E(0),            false, false, false, 0 },
   /* Media and space errors fail the leg; the client hears the truth. */
-  { E(EIO),          true,  false, EIO },
-  { E(ENOSPC),       true,  false, ENOSPC },
-  { E(EDQUOT),       true,  false, ENOSPC },
-  { E(EFBIG),        true,  false, ENOSPC },
+  { E(EIO),          true, false, false, EIO },
+  { E(ENOSPC),       true, false, false, ENOSPC },
+  { E(EDQUOT),       true, false, false, ENOSPC },
+  { E(EFBIG),        true, false, false, ENOSPC },
   /* Lost connections and timeouts fail the leg; the client hears EIO. */
-  { E(ENOTCONN),     true,  true,  EIO },
-  { E(ESHUTDOWN),    true,  true,  EIO },
-  { E(ECONNRESET),   true,  true,  EIO },
-  { E(ECONNREFUSED), true,  true,  EIO },
-  { E(ECONNABORTED), true,  true,  EIO },
-  { E(EPIPE),        true,  true,  EIO },
-  { E(ETIMEDOUT),    true,  true,  EIO },
-  { E(EBADF),        true,  true,  EIO },
-  /* Refusals of the request itself fail no leg. */
-  { E(EINVAL),       false, false, EINVAL },
-  { E(ENOTSUP),      false, false, EINVAL },
-  { E(EOPNOTSUPP),   false, false, EINVAL },
-  { E(EPERM),        false, false, EPERM },
-  { E(EROFS),        false, false, EPERM },
-  { E(ENOMEM),       false, false, ENOMEM },
+  { E(ENOTCONN),     true, true, false, EIO },
+  { E(ESHUTDOWN),    true, true, false, EIO },
+  { E(ECONNRESET),   true, true, false, EIO },
+  { E(ECONNREFUSED), true, true, false, EIO },
+  { E(ECONNABORTED), true, true, false, EIO },
+  { E(EPIPE),        true, true, false, EIO },
+  { E(ETIMEDOUT),    true, true, false, EIO },
+  { E(EBADF),        true, true, false, EIO },
+  /* Refusals of the request itself fail no leg, and only they may be
+   * common to every leg without consequence. */
+  { E(EINVAL),       false, false, true , EINVAL },
+  { E(ENOTSUP),      false, false, true , EINVAL },
+  { E(EOPNOTSUPP),   false, false, true , EINVAL },
+  { E(EPERM),        false, false, true , EPERM },
+  { E(EROFS),        false, false, true , EPERM },
+  { E(ENOMEM),       false, false, false, ENOMEM },
   /* Anything else fails no leg and is EIO to the client. */
-  { E(EAGAIN),       false, false, EIO },
-  { E(EINTR),        false, false, EIO },
-  { E(EOVERFLOW),    false, false, EIO },
-  { E(ERANGE),       false, false, EIO },
-  { E(ENOENT),       false, false, EIO },
-  { E(EACCES),       false, false, EIO },
-  { E(EBUSY),        false, false, EIO },
+  { E(EAGAIN),       false, false, false, EIO },
+  { E(EINTR),        false, false, false, EIO },
+  { E(EOVERFLOW),    false, false, false, EIO },
+  { E(ERANGE),       false, false, false, EIO },
+  { E(ENOENT),       false, false, false, EIO },
+  { E(EACCES),       false, false, false, EIO },
+  { E(EBUSY),        false, false, false, EIO },
 };
 
 /* The volume state as DESIGN.md section 3 defines it. */
@@ -169,12 +171,16 @@ test_errno_table (void)
     const struct errno_case *c = &errno_cases[i];
     bool fails = errno_fails_leg (c->err);
     bool disc = errno_is_disconnect (c->err);
+    bool refusal = errno_is_refusal (c->err);
     int client = errno_for_client (c->err);
     CHECKF (fails == c->fails_leg, "errno_fails_leg (%s) = %d, expected %d",
             c->name, fails, c->fails_leg);
     CHECKF (disc == c->disconnect,
             "errno_is_disconnect (%s) = %d, expected %d",
             c->name, disc, c->disconnect);
+    CHECKF (refusal == c->refusal,
+            "errno_is_refusal (%s) = %d, expected %d",
+            c->name, refusal, c->refusal);
     CHECKF (client == c->client, "errno_for_client (%s) = %s, expected %s",
             c->name, strerror (client), strerror (c->client));
   }
@@ -191,6 +197,8 @@ test_errno_rules (void)
     CHECKF (!errno_is_disconnect (e) || errno_fails_leg (e),
             "errno %d (%s) is a disconnect that does not fail the leg",
             e, strerror (e));
+    CHECKF (!errno_is_refusal (e) || !errno_fails_leg (e),
+            "errno %d (%s) is a refusal that fails the leg", e, strerror (e));
     CHECKF (client == 0 || client == EIO || client == ENOSPC ||
             client == EPERM || client == EINVAL || client == ENOMEM,
             "errno %d (%s) reaches the client as %d (%s)",

@@ -124,6 +124,7 @@ volume_add_leg (struct volume *v, const char *uri, char *err, size_t errlen)
     free (l->owned_uri);
     free (l->sb_buf);           /* examining it may have allocated them */
     free (l->al_buf);
+    drain_free (l);
     pthread_mutex_destroy (&l->conns_lock);
     memset (l, 0, sizeof *l);
     return -1;

@@ -93,7 +93,10 @@ write_done (struct ioreq *r)
     r->fua_emulate != 0 || atomic_load (&v->pending_changes) != 0;
   if (!a->unfinished) {
     /* No leg failed: judging takes no lock and fails nobody. */
-    a->err = io_judge_write (v, r, a->writing, a->uptodate, "write");
+    uint16_t counted;
+
+    a->err = io_judge_write (v, r, a->writing, a->uptodate, "write",
+                             &counted);
     release_write (a);
   }
   a->done (a);
@@ -194,13 +197,14 @@ finish_read (struct engine_aio *a)
 static int
 finish_write (struct engine_aio *a)
 {
+  uint16_t counted;
   int err;
 
   ioreq_fua_flush (&a->r);
-  err = io_judge_write (a->v, &a->r, a->writing, a->uptodate, "write");
+  err = io_judge_write (a->v, &a->r, a->writing, a->uptodate, "write",
+                        &counted);
   release_write (a);
-  volume_wait_changes (a->v);
-  return err;
+  return io_acknowledge (a->v, err, counted);
 }
 
 /* Complete an unfinished request (may block). */

@@ -142,7 +142,8 @@ start_period (struct volume *v, struct backup *b, int s, const char *base,
     bitmap_clear_all (t);
     memcpy (slot->uuid, token, 16);
     slot->flags = SLOT_ASSIGNED | SLOT_TRACKER;
-    slot->bm_gen = (struct gen) { v->sb.gen.counter, random_u64 () };
+    meta_set_bm_gen (v, (unsigned) s,
+                     (struct gen) { v->sb.gen.counter, random_u64 () });
   }
   return 0;
 }
@@ -200,8 +201,9 @@ leg_to_hold (struct volume *v, const char **why)
 /* Flush leg l and take it out of the write set, stale and held, its
  * absence to be recorded by the caller's bump.  With every write kept
  * out and the leg flushed, it holds every write the others hold: its
- * bitmap starts empty (no hot extents).  change_lock held.  Returns -1
- * (nothing changed) if the flush failed.
+ * bitmap starts empty (no hot extents).  change_lock held.  Returns 0,
+ * or the flush's error (nothing changed: the caller fails the leg, as
+ * a failed client flush would, once change_lock is released).
  */
 static int
 hold_leg (struct volume *v, struct leg *l)
@@ -211,11 +213,8 @@ hold_leg (struct volume *v, struct leg *l)
   uint64_t m;
   int e = leg_sync_io (l, &flush);
 
-  if (e != 0) {
-    nbdkit_debug ("backup: flushing leg %u failed: %s", l->index,
-                  strerror (e));
-    return -1;
-  }
+  if (e != 0)
+    return e;
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
     atomic_store (&l->state, LEG_STALE);
@@ -240,19 +239,24 @@ release_leg (struct volume *v, struct leg *l)
   volume_wake_monitor (v);
 }
 
-/* Steps of backup_begin under change_lock, writes kept out. */
+/* Steps of backup_begin under change_lock, writes kept out.  A leg
+ * that could not be flushed to be held is returned in *unflushed, its
+ * error in *flush_err, for the caller to fail.
+ */
 static int
 begin_locked (struct volume *v, struct backup *b, const char *base,
-              const uint8_t token[16], const char **why_live)
+              const uint8_t token[16], const char **why_live,
+              struct leg **unflushed, int *flush_err)
 {
   int s = claim_tracker (v);
 
   if (s >= 0 && start_period (v, b, s, base, token) == -1)
     return -1;
   b->held = leg_to_hold (v, why_live);
-  if (b->held && hold_leg (v, b->held) == -1) {
+  if (b->held && (*flush_err = hold_leg (v, b->held)) != 0) {
+    *unflushed = b->held;
     b->held = NULL;
-    *why_live = "flushing the leg to hold failed";
+    *why_live = "flushing the leg to hold failed (the leg was failed)";
   }
   if (v->metadata && meta_bump (v) == -1) {
     nbdkit_error ("backup: no uptodate leg took the new generation");
@@ -292,8 +296,8 @@ backup_begin (struct volume *v, const char *base, const void *owner,
   struct range_hold hold;
   uint8_t token[16];
   const char *why_live = NULL;
-  struct leg *src;
-  int r;
+  struct leg *src, *unflushed = NULL;
+  int r, flush_err = 0;
 
   if (v->backup) {
     snprintf (err, errlen, "a backup is already running (token %s)",
@@ -313,10 +317,13 @@ backup_begin (struct volume *v, const char *base, const void *owner,
   hex16 (token, b->token);
   volume_change_begin (v);
   pthread_mutex_lock (&v->change_lock);
-  r = begin_locked (v, b, base, token, &why_live);
+  r = begin_locked (v, b, base, token, &why_live, &unflushed, &flush_err);
   pthread_mutex_unlock (&v->change_lock);
   volume_change_end (v);
   rangelock_unlock (v->rl, &hold);
+  if (unflushed)
+    volume_fail_leg (v, unflushed, EPOCH_ANY, "flush failed: %s",
+                     strerror (flush_err));
   if (r == -1) {
     if (b->held)
       release_leg (v, b->held);

@@ -7,7 +7,9 @@
  * poller drives it from now on) -> requests -> conn_shutdown (abort:
  * the socket is shut down, the wire or libnbd fails every command in
  * flight) -> conn_close (detached from the poller, nothing in flight,
- * then closed: libnbd, still in its ready state, says goodbye).
+ * then closed: libnbd, still in its ready state, says goodbye; the
+ * socket of a connection that ended abruptly is kept by its leg until
+ * the server has closed it, drain.c).
  */
 
 #include <config.h>
@@ -171,6 +173,7 @@ conn_connect (struct leg *leg, double timeout, char *err, size_t errlen)
 void
 conn_shutdown (struct conn *c)
 {
+  atomic_store (&c->aborted, true);
   if (shutdown (c->fd, SHUT_RDWR) == -1 && errno != ENOTCONN)
     nbdkit_debug ("shutdown: %m");
 }
@@ -191,16 +194,40 @@ disconnect_politely (struct nbd_handle *nbd)
       return;
 }
 
-/* Close the connection and free it.  Nothing may be in flight. */
+/* Did the connection end other than by our goodbye: aborted by us, or
+ * dead (the server may be gone, or only the socket)?  Then its server
+ * may still be working on requests it had read (drain.c).
+ */
+static bool
+ended_abruptly (struct conn *c)
+{
+  if (atomic_load (&c->aborted))
+    return true;
+  if (c->wire)
+    return wire_is_dead (c->wire);
+  return !nbd_aio_is_ready (c->nbd);
+}
+
+/* Close the connection and free it.  Nothing may be in flight.  The
+ * socket of a connection that ended abruptly goes to its leg, which
+ * keeps it until the server has closed it (drain.c).
+ */
 void
 conn_close (struct conn *c)
 {
+  bool abrupt;
+
   if (c == NULL)
     return;
   conn_detach (c);
-  disconnect_politely (c->nbd);
+  abrupt = ended_abruptly (c);
+  if (!abrupt)
+    disconnect_politely (c->nbd);
   nbd_close (c->nbd);
   wire_free (c->wire);
-  close (c->fd);
+  if (abrupt)
+    drain_adopt (c->leg, c->fd);
+  else
+    close (c->fd);
   free (c);
 }

@@ -98,6 +98,7 @@ struct wire;
  */
 struct conn {
   struct leg *leg;
+  _Atomic bool aborted;     /* conn_shutdown was called */
   struct nbd_handle *nbd;
   struct wire *wire;        /* NULL: commands go through libnbd */
   int fd;                   /* our duplicate of the handle's socket */
@@ -156,6 +157,14 @@ struct leg {
   pthread_mutex_t conns_lock;           /* conns[] against leg_shutdown */
   _Atomic unsigned inflight;            /* requests in flight (least-busy) */
   struct leg_caps caps;
+
+  /* Sockets of aborted connections kept until their server has closed
+   * them (drain.c), under conns_lock.
+   */
+  int *drain_fds;
+  size_t nr_drain, cap_drain;
+  uint64_t drain_since_ns;              /* when the oldest was kept */
+  bool drain_untracked;                 /* one could not be kept */
 
   /* Written under v->lock; the state is also read without it. */
   _Atomic (enum leg_state) state;
@@ -317,6 +326,7 @@ extern const char *volume_state_name (unsigned uptodate, unsigned total,
                                       unsigned quorum);
 extern bool errno_fails_leg (int err);
 extern bool errno_is_disconnect (int err);
+extern bool errno_is_refusal (int err);
 extern int errno_for_client (int err);
 
 /* select.c: which leg serves a read. */
@@ -329,6 +339,11 @@ extern struct conn *conn_connect (struct leg *leg, double timeout,
                                   char *err, size_t errlen);
 extern void conn_shutdown (struct conn *c);
 extern void conn_close (struct conn *c);
+
+/* drain.c: sockets kept until the server has closed them. */
+extern void drain_adopt (struct leg *l, int fd);
+extern size_t drain_pending (struct leg *l, uint64_t *since_ns);
+extern void drain_free (struct leg *l);
 
 /* poller.c */
 extern struct poller *poller_new (bool sched_auto);
@@ -413,13 +428,16 @@ extern void volume_fail_leg (struct volume *v, struct leg *l, unsigned epoch,
 
 /* io.c */
 extern int io_flush_legs (struct volume *v, uint16_t legs, int *err);
-extern int io_write_locked (struct volume *v, const struct leg_cmd *cmd);
+extern int io_write_locked (struct volume *v, const struct leg_cmd *cmd,
+                            uint16_t *counted);
 extern uint64_t io_max_piece (struct volume *v);
 extern void io_mark_absent (struct volume *v, uint16_t absent,
                             uint64_t offset, uint64_t count);
 extern bool io_is_quorum (const struct volume *v, uint16_t legs);
 extern int io_judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
-                           uint16_t uptodate, const char *what);
+                           uint16_t uptodate, const char *what,
+                           uint16_t *counted);
+extern int io_acknowledge (struct volume *v, int err, uint16_t counted);
 extern int io_choose_read_leg (struct volume *v, uint16_t candidates);
 extern int io_read_failed (struct volume *v, uint16_t up, unsigned li,
                            unsigned epoch, int e);

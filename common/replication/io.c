@@ -10,12 +10,17 @@
  *      slots, give the ticket back;
  *   5. issue to every leg that receives writes, sleep once;
  *   6. emulate FUA with a flush where the leg lacks it;
- *   7. judge the answers: an error every leg returned alike (and not a
- *      lost connection) goes to the client and fails nobody; otherwise
- *      every leg that failed is failed (recorded before we return);
- *      success needs `quorum` legs that were uptodate at step 4;
+ *   7. judge the answers: a refusal of the request every leg returned
+ *      alike (EINVAL, EPERM ...: nothing was touched) goes to the
+ *      client and fails nobody; any other error fails the legs that
+ *      returned it (recorded before we return), and when every leg
+ *      returned one, all but one of them, so that the range reads the
+ *      same on the uptodate legs again; success needs `quorum` legs
+ *      that were uptodate at step 4;
  *   8. release the extents and the range, wait until any membership
- *      change is recorded, acknowledge.
+ *      change is recorded, and acknowledge a success only if the legs
+ *      it counted on are still uptodate then (a change that could not
+ *      be recorded failed them: the write is EIO).
  *
  * The client's buffer goes straight to libnbd: no copy.
  *
@@ -88,11 +93,12 @@ io_is_quorum (const struct volume *v, uint16_t legs)
   return v->quorum <= 1 ? legs != 0 : count16 (legs) >= v->quorum;
 }
 
-/* Do the legs agree on one error that is the request's fault rather
- * than theirs?  Then it is returned to the client and nobody fails.
+/* Do the legs agree on one refusal of the request (see
+ * errno_is_refusal)?  Then it is returned to the client and nobody
+ * fails: no leg touched its data.
  */
 static int
-common_request_error (const struct ioreq *r, uint16_t legs)
+common_refusal (const struct ioreq *r, uint16_t legs)
 {
   int common = 0;
   unsigned i;
@@ -102,16 +108,45 @@ common_request_error (const struct ioreq *r, uint16_t legs)
     if (!(legs & (1u << i)))
       continue;
     e = ioreq_leg_error (r, i);
-    if (e == 0 || errno_is_disconnect (e) || (common && e != common))
+    if (!errno_is_refusal (e) || (common && e != common))
       return 0;
     common = e;
   }
   return common;
 }
 
+/* Every leg of a write-like request failed it with a data-path error:
+ * each may or may not hold the data now.  One leg is kept (the lowest
+ * uptodate one that answered, rather than timed out or lost its
+ * connection) and the others are failed, so the range reads the same
+ * on every uptodate leg again; their bitmaps get the range (it is hot
+ * in the activity log), and their resync makes them equal to the one
+ * kept.  Returns the leg kept, as a mask (0 if none can be).
+ */
+static uint16_t
+keep_one_leg (struct volume *v, const struct ioreq *r, uint16_t legs,
+              uint16_t uptodate)
+{
+  uint16_t candidates = legs & uptodate & MB_UPTODATE (membership_load (v)) &
+    ~r->timed_out;
+  unsigned i;
+
+  for (; candidates != 0; candidates &= candidates - 1) {
+    i = (unsigned) __builtin_ctz (candidates);
+    if (!errno_is_disconnect (ioreq_leg_error (r, i)))
+      return (uint16_t) (1u << i);
+  }
+  return 0;
+}
+
 /* Judge the answers of a write-like request (what: "write", "flush")
  * sent to `legs`, failing the legs that must fail.  Returns 0 or an
  * errno for the client.
+ *
+ * A refusal every leg returned alike goes to the client and fails
+ * nobody.  Any other error fails the legs that returned it, except
+ * when every leg did: then one is kept (keep_one_leg) and the client
+ * gets the error.
  *
  * Success counts only legs that took the request, were uptodate when
  * it started, and are still uptodate once the failures of the others
@@ -121,7 +156,7 @@ common_request_error (const struct ioreq *r, uint16_t legs)
  */
 int
 io_judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
-                uint16_t uptodate, const char *what)
+                uint16_t uptodate, const char *what, uint16_t *counted)
 {
   uint16_t bad = (uint16_t) ((atomic_load (&r->failed) | r->timed_out) & legs);
   int common, first_err = 0;
@@ -129,14 +164,19 @@ io_judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
   unsigned i;
 
   /* Every leg took it (the common case): nothing to fail. */
-  if (bad == 0)
-    return io_is_quorum (v, legs & uptodate &
-                         MB_UPTODATE (membership_load (v))) ? 0 : EIO;
+  if (bad == 0) {
+    *counted = legs & uptodate;
+    return io_is_quorum (v, *counted & MB_UPTODATE (membership_load (v)))
+      ? 0 : EIO;
+  }
+  *counted = 0;
 
-  common = common_request_error (r, legs);
+  common = common_refusal (r, legs);
   if (common != 0)
     return errno_for_client (common);
   took = legs & ~bad;
+  if (took == 0)
+    bad &= ~keep_one_leg (v, r, legs, uptodate);
   for (; bad != 0; bad &= bad - 1) {
     int e;
     i = (unsigned) __builtin_ctz (bad);
@@ -146,17 +186,38 @@ io_judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
     volume_fail_leg (v, &v->legs[i], r->epoch[i], "%s failed: %s", what,
                      strerror (e));
   }
-  took &= uptodate & MB_UPTODATE (membership_load (v));
-  if (io_is_quorum (v, took))
+  if (first_err == 0)
+    first_err = ioreq_leg_error (r, (unsigned) __builtin_ctz (legs));
+  took &= uptodate;
+  *counted = took;
+  if (io_is_quorum (v, took & MB_UPTODATE (membership_load (v))))
     return 0;
-  return first_err == ENOSPC ? ENOSPC : EIO;
+  return errno_for_client (first_err) == ENOSPC ? ENOSPC : EIO;
+}
+
+/* Step 8: wait until no membership change is being recorded, then let
+ * a success stand only if the legs it counted on (see io_judge_write)
+ * still make a quorum.  A change recorded meanwhile keeps them
+ * uptodate; one that could not be recorded anywhere failed them all,
+ * and the write, which no recorded generation vouches for, is EIO
+ * (DESIGN.md section 13).  Returns the errno for the client.
+ */
+int
+io_acknowledge (struct volume *v, int err, uint16_t counted)
+{
+  volume_wait_changes (v);
+  if (err == 0 &&
+      !io_is_quorum (v, counted & MB_UPTODATE (membership_load (v))))
+    return EIO;
+  return err;
 }
 
 /* Steps 3 to 7 of one piece whose range lock the caller holds (verify
  * repairs under the lock it compared with).  Returns 0 or an errno.
  */
 int
-io_write_locked (struct volume *v, const struct leg_cmd *cmd)
+io_write_locked (struct volume *v, const struct leg_cmd *cmd,
+                 uint16_t *counted)
 {
   struct ioreq r;
   uint64_t m;
@@ -175,6 +236,7 @@ io_write_locked (struct volume *v, const struct leg_cmd *cmd)
   writing = MB_WRITING (m);
   uptodate = MB_UPTODATE (m);
 
+  *counted = 0;
   if (!io_is_quorum (v, uptodate))
     err = EIO;
   else {
@@ -182,7 +244,7 @@ io_write_locked (struct volume *v, const struct leg_cmd *cmd)
     for (w = writing; w != 0; w &= w - 1)
       ioreq_submit (&r, &v->legs[__builtin_ctz (w)], cmd);
     ioreq_wait_fua (&r);
-    err = io_judge_write (v, &r, writing, uptodate, "write");
+    err = io_judge_write (v, &r, writing, uptodate, "write", counted);
     ioreq_destroy (&r);
   }
 
@@ -196,14 +258,14 @@ static int
 write_piece (struct volume *v, const struct leg_cmd *cmd)
 {
   struct range_hold hold;
+  uint16_t counted;
   int err;
 
   if (rangelock_lock (v->rl, &hold, cmd->offset, cmd->count) == -1)
     return ENOMEM;
-  err = io_write_locked (v, cmd);
+  err = io_write_locked (v, cmd, &counted);
   rangelock_unlock (v->rl, &hold);
-  volume_wait_changes (v);
-  return err;
+  return io_acknowledge (v, err, counted);
 }
 
 /* A write-like request, cut into pieces.  Returns 0 or -1 with *err. */
@@ -283,6 +345,7 @@ io_flush_legs (struct volume *v, uint16_t legs, int *err)
 {
   static const struct leg_cmd flush = { .op = OP_FLUSH };
   struct ioreq r;
+  uint16_t counted;
   int e;
 
   ioreq_init (&r, v);
@@ -290,9 +353,9 @@ io_flush_legs (struct volume *v, uint16_t legs, int *err)
     ioreq_submit (&r, &v->legs[__builtin_ctz (l)], &flush);
   ioreq_wait (&r);
   e = io_judge_write (v, &r, legs, legs & MB_UPTODATE (membership_load (v)),
-                      "flush");
+                      "flush", &counted);
   ioreq_destroy (&r);
-  volume_wait_changes (v);
+  e = io_acknowledge (v, e, counted);
   if (e != 0) {
     *err = e;
     return -1;

@@ -159,6 +159,28 @@ meta_read_al (struct leg *l, uint32_t *extents, uint32_t *nr, uint64_t *seq,
   return 0;
 }
 
+/* Learn the seq of the newest valid activity log on leg l, so that the
+ * logs we write to it are newer than any it holds from an earlier life
+ * (the copy with the highest seq wins when it is read back after a
+ * crash).  A leg whose log cannot be read keeps the seq it has.
+ */
+void
+meta_learn_al_seq (struct leg *l)
+{
+  CLEANUP_FREE uint32_t *ext = calloc (l->v->layout.al_extents, sizeof *ext);
+  enum meta_status st;
+  uint64_t seq;
+  uint32_t nr;
+  char err[256];
+
+  if (ext == NULL || l->v->layout.al_bytes == 0 ||
+      meta_read_al (l, ext, &nr, &seq, &st, err, sizeof err) == -1 ||
+      st != META_OK)
+    return;
+  if (seq > l->al_seq)
+    l->al_seq = seq;
+}
+
 /* OR a slot's bitmap as found on legs into v->bitmaps[slot]. */
 int
 meta_load_bitmap (struct volume *v, unsigned slot, uint16_t legs)
@@ -189,8 +211,12 @@ meta_load_bitmap (struct volume *v, unsigned slot, uint16_t legs)
       bm_page_pick (buf, v->sb.volume_uuid, slot, (uint32_t) p, bm_gen,
                     &seq, words);
       bitmap_page_or (v->bitmaps[slot], p, words);
-      if (seq > v->bm_seq[slot][p])
-        v->bm_seq[slot][p] = seq;
+      {
+        /* The page writer reads and bumps bm_seq under this lock. */
+        ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->bm_write_lock);
+        if (seq > v->bm_seq[slot][p])
+          v->bm_seq[slot][p] = seq;
+      }
     }
   }
   return 0;
@@ -251,6 +277,18 @@ meta_write_sb (struct volume *v, uint16_t legs, int *errs)
   return failed;
 }
 
+/* Start slot s's bitmap counting from generation g (see metaio.h):
+ * every page is rewritten, also those whose bits do not change, since
+ * a page on disk under another bm_gen reads as empty.
+ */
+void
+meta_set_bm_gen (struct volume *v, unsigned s, struct gen g)
+{
+  v->sb.slots[s].bm_gen = g;
+  if (v->bitmaps[s] != NULL)
+    bitmap_mark_all_dirty (v->bitmaps[s]);
+}
+
 /* Record that leg l no longer receives writes (see metaio.h). */
 void
 meta_record_absent (struct volume *v, struct leg *l, bool was_uptodate,
@@ -264,11 +302,8 @@ meta_record_absent (struct volume *v, struct leg *l, bool was_uptodate,
   if (!flushed)
     al_or_hot_into (v->al, v->bitmaps[l->slot]);
   if (was_uptodate) {
-    s->bm_gen = l->gen;
     s->flags &= ~SLOT_MEMBER;
-    bitmap_mark_all_dirty (v->bitmaps[l->slot]);
-    memset (v->bm_seq[l->slot], 0,
-            v->layout.bm_pages * sizeof *v->bm_seq[l->slot]);
+    meta_set_bm_gen (v, (unsigned) l->slot, l->gen);
   }
 }
 
@@ -313,8 +348,13 @@ fail_unreached (struct volume *v, uint16_t failed, const int *errs)
 
 /* Bump the generation (change_lock held).  If in the end no leg could
  * take a new generation, the volume's superblock goes back to the last
- * one some leg holds: a leg that returns with it is then uptodate again
- * (it is the newest data there is).
+ * one some leg holds, with what the caller noted before the bump (the
+ * absence of the leg whose failure it records): the legs failed here
+ * were the last uptodate ones, so a leg that returns with that
+ * generation is uptodate again if it is a member of it (it holds the
+ * newest data there is), and the leg whose failure could not be
+ * recorded is not.  The writes that waited for this bump are EIO
+ * (io_acknowledge: the legs they counted on have failed).
  */
 int
 meta_bump (struct volume *v)
@@ -347,7 +387,11 @@ meta_bump (struct volume *v)
   }
 }
 
-/* Record a failed leg (see metaio.h). */
+/* Record a failed leg (see metaio.h).  The last uptodate leg's
+ * failure is not recorded: no write can be acknowledged without it, so
+ * it stays a member of the generation it holds, the newest there is,
+ * and is uptodate again when it returns.
+ */
 void
 meta_record_failure (struct volume *v, struct leg *l, bool was_uptodate)
 {
@@ -355,6 +399,11 @@ meta_record_failure (struct volume *v, struct leg *l, bool was_uptodate)
     return;
 
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
+  if (was_uptodate && MB_UPTODATE (membership_load (v)) == 0) {
+    nbdkit_error ("leg %u was the last uptodate leg: the volume has failed",
+                  l->index);
+    return;
+  }
   meta_record_absent (v, l, was_uptodate, false);
   if (meta_bump (v) == -1)
     nbdkit_error ("no uptodate leg left to record the failure of leg %u",
@@ -452,21 +501,25 @@ write_bitmaps (struct volume *v, uint16_t legs, bool all)
   return failed;
 }
 
-/* Write the dirty bitmap pages to every uptodate leg. */
+/* Write the dirty bitmap pages to every leg receiving writes: the
+ * uptodate legs and the syncing ones, so that a leg finishing its
+ * resync, which got every page once (meta_write_all_bitmaps), misses
+ * none written after that.  Returns 0 if an uptodate leg took them.
+ */
 int
 meta_persist_bitmaps (struct volume *v)
 {
-  uint16_t up = MB_UPTODATE (membership_load (v));
+  uint64_t m = membership_load (v);
   uint16_t failed;
   unsigned i;
 
   if (!v->metadata)
     return 0;
-  failed = write_bitmaps (v, up, false);
+  failed = write_bitmaps (v, MB_WRITING (m), false);
   for (i = 0; i < v->nr_legs; ++i)
     if (failed & (1u << i))
       volume_fail_leg (v, &v->legs[i], EPOCH_ANY, "bitmap write failed");
-  return (up & ~failed) ? 0 : -1;
+  return (MB_UPTODATE (m) & ~failed) ? 0 : -1;
 }
 
 /* Write every bitmap page to legs (a joining leg). */

@@ -22,6 +22,11 @@ extern int meta_read_al (struct leg *l, uint32_t *extents, uint32_t *nr,
                          uint64_t *seq, enum meta_status *st,
                          char *err, size_t errlen);
 
+/* Make l->al_seq at least the seq of the newest activity log on the leg
+ * (a leg joining: it may hold logs from an earlier life).
+ */
+extern void meta_learn_al_seq (struct leg *l);
+
 /* OR slot's bitmap as found on legs into v->bitmaps[slot], and learn
  * each page's seq.  Returns 0 or -1 (read error, after nbdkit_error).
  */
@@ -38,6 +43,13 @@ extern uint16_t meta_write_sb (struct volume *v, uint16_t legs, int *errs);
  * -1 if no uptodate leg is left.
  */
 extern int meta_bump (struct volume *v);
+
+/* Make slot s's bitmap count from generation g (change_lock held, or
+ * before the volume runs): its bm_gen, and every page of its bitmap
+ * marked for rewriting (a page left on disk under the old bm_gen would
+ * read as empty after a restart, whether or not its bits changed).
+ */
+extern void meta_set_bm_gen (struct volume *v, unsigned s, struct gen g);
 
 /* Record that leg l no longer receives writes (change_lock held): the
  * hot extents into its bitmap (a write there may be torn or lost on it,
@@ -56,8 +68,8 @@ extern void meta_record_failure (struct volume *v, struct leg *l,
                                  bool was_uptodate);
 
 /* Write the dirty bitmap pages of every slot with a bitmap to every
- * uptodate leg (legs that fail are failed).  Returns 0, or -1 if no
- * uptodate leg took them.
+ * leg receiving writes (legs that fail are failed).  Returns 0, or -1
+ * if no uptodate leg took them.
  */
 extern int meta_persist_bitmaps (struct volume *v);
 

@@ -7,8 +7,10 @@
  * until no request can still reach them).  Once it answers, its
  * superblock decides what it is to a running controller, which never
  * re-elects: it is uptodate only if it holds exactly the volume's
- * current generation (it was the last leg to go and nothing was
- * written since); it resyncs incrementally if its generation is its
+ * current generation and its slot is a member of it (it was the last
+ * leg to go and nothing was written since; a leg whose failure was
+ * noted but could not be recorded holds that generation too, and is
+ * no member); it resyncs incrementally if its generation is its
  * slot's bm_gen; fully if the volume knows its generation, if it is
  * inconsistent or blank; and it is refused if it belongs to another
  * volume or holds a generation the volume never had (split brain).
@@ -85,7 +87,8 @@ judge_sb_locked (struct volume *v, struct leg *l, const struct superblock *sb,
     memcpy (l->uuid, sb->leg_uuid, 16);
     l->slot = (int) sb->slot;
     pthread_mutex_unlock (&v->lock);
-    if (!l->inconsistent && gen_equal (sb->gen, v->sb.gen))
+    if (!l->inconsistent && (slot->flags & SLOT_MEMBER) &&
+        gen_equal (sb->gen, v->sb.gen))
       return V_UPTODATE;
     if (gen_equal (sb->gen, slot->bm_gen))
       return V_INCREMENTAL;
@@ -133,7 +136,11 @@ judge_returning_leg (struct volume *v, struct leg *l, char *why, size_t len)
 
 /* A leg holding the current generation rejoins as uptodate: it gets the
  * activity log and every bitmap first, like a leg finishing a resync.
- * Returns -1 if it could not take them.
+ * Returns -1 if it could not take them.  No log commit or bitmap page
+ * can be missed between those writes and the publication: a leg is
+ * judged uptodate only when the volume has no uptodate leg (its
+ * failure, or the last one's, was not recorded), so no client write is
+ * accepted meanwhile.
  */
 static int
 rejoin_uptodate (struct volume *v, struct leg *l)
@@ -163,8 +170,40 @@ rejoin_uptodate (struct volume *v, struct leg *l)
   return 0;
 }
 
+/* Has the server of l (as l, or as a removed leg of the same URI) not
+ * yet closed every connection we aborted?  Then nothing may reach it
+ * (drain.c) and err says why.
+ */
+static bool
+old_connections_open (struct volume *v, struct leg *l, char *err, size_t len)
+{
+  uint64_t since = 0, s;
+  size_t i, k, n = 0;
+
+  for (i = 0; i < v->nr_legs; ++i) {
+    struct leg *o = &v->legs[i];
+    if (o != l && (o->uri == NULL || l->uri == NULL ||
+                   strcmp (o->uri, l->uri) != 0))
+      continue;
+    k = drain_pending (o, &s);
+    if (k > 0 && (n == 0 || s < since))
+      since = s;
+    n += k;
+  }
+  if (n == 0)
+    return false;
+  snprintf (err, len, "waiting %.0fs so far for the server to close %zu "
+            "aborted connection%s (writes sent on %s may still land): the "
+            "leg is not used until it does (restart the server if it "
+            "never will)", (double) (now_ns () - since) / 1e9, n,
+            n == 1 ? "" : "s", n == 1 ? "it" : "them");
+  return true;
+}
+
 /* Connect a leg and judge it.  On V_REFUSE or V_UNREACHABLE the leg
- * is closed again and err says why.  v->lock not held.
+ * is closed again and err says why.  A leg whose aborted connections
+ * its server has not closed yet is unreachable (see drain.c).  v->lock
+ * not held.
  */
 enum verdict
 monitor_examine_leg (struct volume *v, struct leg *l, char *err, size_t len)
@@ -172,6 +211,8 @@ monitor_examine_leg (struct volume *v, struct leg *l, char *err, size_t len)
   enum verdict verdict;
 
   leg_close (l);
+  if (old_connections_open (v, l, err, len))
+    return V_UNREACHABLE;
   if (leg_open (l, 0, err, len) == -1 || leg_attach (l) == -1 ||
       (v->metadata && meta_alloc_leg (v, l) == -1)) {
     leg_close (l);
@@ -180,6 +221,8 @@ monitor_examine_leg (struct volume *v, struct leg *l, char *err, size_t len)
   verdict = judge_returning_leg (v, l, err, len);
   if (verdict == V_REFUSE || verdict == V_UNREACHABLE)
     leg_close (l);
+  else if (v->metadata)
+    meta_learn_al_seq (l);
   return verdict;
 }
 
@@ -221,13 +264,24 @@ reconnect_failed (struct volume *v, struct leg *l, const char *why,
   leg_back_off_locked (l);
 }
 
-/* Try to bring a failed leg back.  v->lock not held. */
+/* Try to bring a failed leg back.  While its server has old
+ * connections open, look again every second (not backing off: the leg
+ * is wanted as soon as they are closed).  v->lock not held.
+ */
 static void
 reconnect (struct volume *v, struct leg *l)
 {
   char err[256], why[300], name[160];
-  enum verdict verdict = monitor_examine_leg (v, l, err, sizeof err);
+  enum verdict verdict;
 
+  leg_close (l);
+  if (old_connections_open (v, l, err, sizeof err)) {
+    leg_set_error (l, "%s", err);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    l->next_attempt_ns = now_ns () + 1000000000;
+    return;
+  }
+  verdict = monitor_examine_leg (v, l, err, sizeof err);
   leg_name (l, name, sizeof name);
   switch (verdict) {
   case V_UNREACHABLE:

@@ -36,9 +36,14 @@
  * Rate: resync-rate caps the bytes read and written (zeroes written
  * where the source is sparse are free); while clients are doing I/O it
  * yields down to resync-min-rate.  The rate is looked at again every
- * 50 ms, so a change, or a stop, takes effect at once.  A source that fails is failed and
- * another one taken; a target that fails ends the resync (its bitmap
- * and bm_gen stay, the monitor retries).
+ * 50 ms, so a change, or a stop, takes effect at once.  A source that
+ * fails is failed and another one taken; so is a source that stops
+ * being uptodate for any other reason (a failed client write, nbdrep
+ * fail or remove): copy_run looks at its state under the run's lock
+ * before reading and after writing, so no run is counted as copied
+ * from a source that may have missed a write to it.  A target that
+ * fails ends the resync (its bitmap and bm_gen stay, the monitor
+ * retries).
  */
 
 #include <config.h>
@@ -248,6 +253,23 @@ checkpoint_due (struct resync *rs)
     (rs->nr_copied > 0 && now_ns () - rs->last_checkpoint_ns >= CHECKPOINT_NS);
 }
 
+/* Clear copied runs from the target's bitmap, unless the target has
+ * stopped syncing: its failure (published under v->lock) makes writes
+ * mark its bitmap and ORs the hot extents into it, and none of those
+ * bits may be cleared after that.
+ */
+static void
+clear_copied (struct resync *rs, const struct run *runs, size_t nr)
+{
+  size_t i;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rs->v->lock);
+
+  if (atomic_load (&rs->target->state) != LEG_SYNCING)
+    return;
+  for (i = 0; i < nr; ++i)
+    bitmap_clear_range (rs->bm, runs[i].first, runs[i].last);
+}
+
 /* Flush the target, then clear the runs that were copied before the
  * flush and write the bitmap.  Returns -1 if the target failed.
  */
@@ -257,7 +279,7 @@ checkpoint (struct resync *rs)
   struct volume *v = rs->v;
   struct leg_cmd flush = { .op = OP_FLUSH };
   struct run *runs;
-  size_t nr, i;
+  size_t nr;
   int e;
 
   pthread_mutex_lock (&rs->lock);
@@ -277,16 +299,37 @@ checkpoint (struct resync *rs)
                      strerror (e));
     return -1;
   }
-  for (i = 0; i < nr; ++i)
-    bitmap_clear_range (rs->bm, runs[i].first, runs[i].last);
+  clear_copied (rs, runs, nr);
   free (runs);
   if (v->metadata)
     meta_persist_bitmaps (v);
   return 0;
 }
 
+/* Is the source still uptodate?  If not, the lanes stop taking runs
+ * and a new source is picked; the caller keeps the run's bits set, so
+ * it is copied again from the new source.
+ */
+static bool
+source_still_uptodate (struct resync *rs)
+{
+  if (atomic_load (&rs->source->state) == LEG_UPTODATE)
+    return true;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&rs->lock);
+  rs->source_failed = true;
+  return false;
+}
+
 /* Copy one run under its chunk lock.  Returns 0, or -1 after failing
- * the source or the target.
+ * the source or the target, or when the source stopped being uptodate.
+ *
+ * The source is looked at under the lock, before the first read and
+ * after the last write: a client write to the run that the source
+ * failed (or missed, being failed already) has ended before we hold
+ * the lock, with the source's state changed, so a source found
+ * uptodate at both looks held every write to the run while we copied
+ * it (DESIGN.md section 13).  A run copied from a source found failed
+ * at the second look is not counted: it is copied again.
  */
 static int
 copy_run (struct resync *rs, unsigned lane, const struct run *run,
@@ -299,18 +342,25 @@ copy_run (struct resync *rs, unsigned lane, const struct run *run,
   struct endpoint dst = { rs->target, rs->dst_conns[lane] };
   struct range_hold hold;
   struct copy_result cr = { 0 };
+  bool source_left;
   int r = 0;
 
   if (rangelock_lock (v->rl, &hold, start, len) == -1)
     return -1;
-  for (off = start; off < start + len && r == 0; off += COPY_MAX) {
+  source_left = !source_still_uptodate (rs);
+  for (off = start; off < start + len && r == 0 && !source_left;
+       off += COPY_MAX) {
     uint64_t n = start + len - off < COPY_MAX ? start + len - off : COPY_MAX;
     r = copy_range (v, &src, &dst, 1, off, (uint32_t) n, buf, &cr);
   }
+  if (r == 0 && !source_left)
+    source_left = !source_still_uptodate (rs);
   rangelock_unlock (v->rl, &hold);
   atomic_fetch_add (&rs->copied_bytes, cr.data);
   atomic_fetch_add (&rs->zeroed_bytes, cr.zero);
   charge_copy (rs, cr.data, reserved_ns);
+  if (source_left)
+    return -1;
   if (r == 0)
     return 0;
   if (cr.failed == 0) {
@@ -530,7 +580,7 @@ claim_target (struct resync *rs)
     return 0;
   if (rs->full) {
     l->gen = v->sb.gen;
-    v->sb.slots[l->slot].bm_gen = l->gen;
+    meta_set_bm_gen (v, (unsigned) l->slot, l->gen);
     v->sb.slots[l->slot].flags &= ~SLOT_MEMBER;
   }
   l->inconsistent = true;

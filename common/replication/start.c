@@ -353,12 +353,26 @@ zero_all_legs (struct volume *v)
   return 0;
 }
 
-/* Write an empty activity log to legs (both copies). */
+/* Write an empty activity log to legs (both copies), once the legs
+ * have flushed what start-up wrote to their data areas (init=zero's
+ * zeroes, crash recovery's copies): the log's FUA makes durable only
+ * the log itself, and an empty log says no extent needs recovering.
+ */
 static int
 write_empty_log (struct volume *v, uint16_t legs)
 {
+  static const struct leg_cmd flush = { .op = OP_FLUSH };
   unsigned copy;
+  size_t i;
 
+  for (i = 0; i < v->nr_legs; ++i) {
+    int e = (legs & (1u << i)) ? leg_sync_io (&v->legs[i], &flush) : 0;
+    if (e != 0) {
+      nbdkit_error ("leg %zu: flush before writing the activity log: %s",
+                    i, strerror (e));
+      return -1;
+    }
+  }
   for (copy = 0; copy < 2; ++copy)
     if (al_write_to (v->al, legs) != 0) {
       nbdkit_error ("writing the activity log failed");
@@ -468,9 +482,8 @@ prepare_absent_slots (struct volume *v, uint16_t winners, uint16_t *absent)
       return -1;
     *absent |= 1u << s;
     if (slot->flags & SLOT_MEMBER) {
-      slot->bm_gen = v->sb.gen;
+      meta_set_bm_gen (v, s, v->sb.gen);
       slot->flags &= ~SLOT_MEMBER;
-      bitmap_mark_all_dirty (v->bitmaps[s]);
     }
     else if (meta_load_bitmap (v, s, winners) == -1)
       return -1;
@@ -577,6 +590,20 @@ recover_logs (struct volume *v, uint16_t winners, uint16_t absent)
   return 0;
 }
 
+/* The winners' log seqs are read with their logs (union_of_logs); a
+ * stale leg's are read here, so that the logs it gets once it receives
+ * writes are newer than those of its earlier life.
+ */
+static void
+learn_stale_al_seqs (struct volume *v)
+{
+  size_t i;
+
+  for (i = 0; i < v->nr_legs; ++i)
+    if (atomic_load (&v->legs[i].state) == LEG_STALE)
+      meta_learn_al_seq (&v->legs[i]);
+}
+
 /* Set leg states from the election's roles; returns the winners. */
 static uint16_t
 apply_roles (struct volume *v, const struct elect_result *res)
@@ -680,6 +707,7 @@ start_with_metadata (struct volume *v)
   v->al = al_new (v);
   if (v->al == NULL || alloc_leg_bitmaps (v) == -1)
     return -1;
+  learn_stale_al_seqs (v);
   if (res.outcome == ELECT_EXISTING &&
       (prepare_absent_slots (v, winners, &absent) == -1 ||
        recover_logs (v, winners, absent) == -1))

@@ -92,6 +92,30 @@ errno_is_disconnect (int err)
   }
 }
 
+/* Is this error a refusal of the request itself, which the leg
+ * answered without touching its data (a bad request, a read-only
+ * export, an unsupported command)?  Only such an error may be common to
+ * every leg of a write without failing any of them: after any other
+ * error (EIO, ENOSPC, a lost connection ...) a leg may or may not have
+ * applied the write.
+ */
+bool
+errno_is_refusal (int err)
+{
+  switch (err) {
+  case EINVAL:
+  case EPERM:
+  case EROFS:
+  case ENOTSUP:
+#if EOPNOTSUPP != ENOTSUP
+  case EOPNOTSUPP:
+#endif
+    return true;
+  default:
+    return false;
+  }
+}
+
 /* Map a leg's error to what the client is told. */
 int
 errno_for_client (int err)

@@ -186,7 +186,8 @@ repair_block (struct verify *vf, int ref, uint64_t offset, size_t at,
     .op = OP_WRITE, .buf = (char *) vf->bufs[ref] + at, .count = len,
     .offset = offset,
   };
-  int e = io_write_locked (vf->v, &cmd);
+  uint16_t counted;
+  int e = io_write_locked (vf->v, &cmd, &counted);
 
   if (e == 0) {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&vf->lock);

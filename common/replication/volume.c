@@ -64,6 +64,7 @@ engine_free (struct volume *v)
     free (v->legs[i].sb_buf);
     free (v->legs[i].al_buf);
     free (v->legs[i].owned_uri);
+    drain_free (&v->legs[i]);
     pthread_mutex_destroy (&v->legs[i].conns_lock);
   }
   for (i = 0; i < MAX_LEGS; ++i) {
