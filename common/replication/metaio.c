@@ -374,26 +374,37 @@ next_gen (struct volume *v)
   return (struct gen) { c + 1, random_u64 () };
 }
 
-/* A bump that no leg took: go back to the superblock last recorded,
- * keeping the generations it wrote in the history (a leg may hold one,
- * its write applied and then failed) and in v->unrecorded, where they
- * stand for the recorded one.
+/* Make next the generation: the current one and then the unrecorded
+ * ones go onto the history (their counters lie between the two, in the
+ * order they were written, so the history stays strictly decreasing),
+ * so that a leg holding one of them is known from now on.
  */
 static void
-restore_recorded (struct volume *v, const struct superblock *recorded,
-                  const struct gen *tried, unsigned nr_tried)
+push_generations (struct volume *v, struct gen next)
 {
   unsigned i;
 
-  v->sb = *recorded;
-  for (i = 0; i < nr_tried; ++i) {
-    struct gen cur = v->sb.gen;
+  for (i = 0; i < v->nr_unrecorded; ++i)
+    sb_push_gen (&v->sb, v->unrecorded[i]);
+  v->nr_unrecorded = 0;
+  sb_push_gen (&v->sb, next);
+}
 
-    v->sb.gen = tried[i];
-    sb_push_gen (&v->sb, cur);
-    if (v->nr_unrecorded < MAX_UNRECORDED)
-      v->unrecorded[v->nr_unrecorded++] = tried[i];
-  }
+/* A bump that no leg took: go back to the superblock last recorded; the
+ * generations written since (a leg may hold one: its write applied,
+ * then failed) are unrecorded, standing for the recorded one until the
+ * next bump that a leg takes puts them into the history.
+ */
+static void
+restore_recorded (struct volume *v, const struct superblock *recorded,
+                  const struct gen *unrecorded, unsigned nr)
+{
+  unsigned skip = nr > MAX_UNRECORDED ? nr - MAX_UNRECORDED : 0;
+
+  v->sb = *recorded;
+  v->nr_unrecorded = nr - skip;         /* the newest, in order */
+  memcpy (v->unrecorded, unrecorded + skip,
+          v->nr_unrecorded * sizeof *unrecorded);
 }
 
 /* Bump the generation (change_lock held).  If in the end no leg could
@@ -411,10 +422,11 @@ int
 meta_bump (struct volume *v)
 {
   struct superblock recorded = v->sb;
-  struct gen tried[MAX_LEGS];
-  unsigned nr_tried = 0;
+  struct gen tried[MAX_UNRECORDED + MAX_LEGS];
+  unsigned nr_tried = v->nr_unrecorded;
   int errs[MAX_LEGS];
 
+  memcpy (tried, v->unrecorded, nr_tried * sizeof *tried);
   for (;;) {
     uint16_t up = MB_UPTODATE (membership_load (v)), failed;
     struct gen next;
@@ -425,7 +437,7 @@ meta_bump (struct volume *v)
       return -1;
     }
     next = next_gen (v);
-    sb_push_gen (&v->sb, next);
+    push_generations (v, next);
     set_members (v, up);
     failed = meta_write_sb (v, up, errs);
     for (i = 0; i < v->nr_legs; ++i)
@@ -434,9 +446,8 @@ meta_bump (struct volume *v)
     if (up & ~failed) {
       recorded = v->sb;
       nr_tried = 0;
-      v->nr_unrecorded = 0;
     }
-    else if (nr_tried < MAX_LEGS)
+    else if (nr_tried < sizeof tried / sizeof tried[0])
       tried[nr_tried++] = next;
     if (failed == 0) {
       nbdkit_debug ("generation %" PRIu64 " recorded", next.counter);
