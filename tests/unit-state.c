@@ -14,6 +14,15 @@
  * - For every errno from 0 to 200 (known or not): a disconnect always
  *   fails the leg, and the client is only ever told 0, EIO, ENOSPC,
  *   EPERM, EINVAL or ENOMEM, never libnbd's ENOTCONN.
+ * - leg_move_allowed: every (from, to) pair of the five states against
+ *   the transition table written out here, a row per pair.
+ * - membership_compute: a table of leg-state sets and the masks they
+ *   make; then every combination of three legs' states (the absent
+ *   slots passed through, uptodate within writing).
+ * - absent_after_move: a table of moves and the absent slots after
+ *   them; then every allowed move, for a leg with and without a slot,
+ *   with and without metadata, against the rule (the leg's slot only
+ *   ever changes, and only as its writing changes or it is removed).
  */
 
 #include <config.h>
@@ -106,6 +115,200 @@ static const struct errno_case errno_cases[] = {
   { E(EACCES),       false, false, false, EIO },
   { E(EBUSY),        false, false, false, EIO },
 };
+
+#define U LEG_UPTODATE
+#define Y LEG_SYNCING
+#define F LEG_FAILED
+#define S LEG_STALE
+#define R LEG_REMOVED
+
+struct move_case {
+  enum leg_state from, to;
+  bool allowed;
+};
+
+/* Every pair: the transition table of DESIGN.md section 3. */
+static const struct move_case move_cases[] = {
+  { U, U, false }, { U, Y, false }, { U, F, true  }, { U, S, true  },
+  { U, R, true  },
+  { Y, U, true  }, { Y, Y, false }, { Y, F, true  }, { Y, S, false },
+  { Y, R, true  },
+  { F, U, true  }, { F, Y, false }, { F, F, false }, { F, S, true  },
+  { F, R, true  },
+  { S, U, false }, { S, Y, true  }, { S, F, true  }, { S, S, false },
+  { S, R, true  },
+  { R, U, false }, { R, Y, false }, { R, F, false }, { R, S, false },
+  { R, R, false },
+};
+
+#define NR_STATES 5
+
+struct compute_case {
+  const char *why;
+  size_t n;
+  enum leg_state states[MAX_LEGS];
+  uint16_t absent;
+  uint16_t up, wr;
+};
+
+static const struct compute_case compute_cases[] = {
+  { "no legs", 0, { U }, 0, 0, 0 },
+  { "healthy three", 3, { U, U, U }, 0, 0x7, 0x7 },
+  { "one failed", 3, { U, F, U }, 0x2, 0x5, 0x5 },
+  { "one syncing", 3, { U, Y, U }, 0, 0x5, 0x7 },
+  { "stale and removed", 4, { U, S, R, U }, 0x2, 0x9, 0x9 },
+  { "all failed", 2, { F, F }, 0x3, 0, 0 },
+  { "tracker slot absent", 2, { U, U }, 0x4, 0x3, 0x3 },
+  { "legs beyond n ignored", 1, { U, U, U }, 0, 0x1, 0x1 },
+  { "sixteen", 16, { U, U, U, U, U, U, U, U, Y, Y, Y, Y, F, S, R, U },
+    0x3000, 0x80ff, 0x8fff },
+};
+
+struct absent_case {
+  const char *why;
+  uint16_t absent;
+  enum leg_state from, to;
+  int slot;
+  bool metadata;
+  uint16_t want;
+};
+
+static const struct absent_case absent_cases[] = {
+  { "uptodate fails: its slot turns absent", 0x1, U, F, 2, true, 0x5 },
+  { "syncing fails", 0x0, Y, F, 1, true, 0x2 },
+  { "fails without metadata: nothing", 0x0, U, F, 1, false, 0x0 },
+  { "fails without a slot", 0x1, U, F, -1, true, 0x1 },
+  { "held for a backup", 0x0, U, S, 3, true, 0x8 },
+  { "resync starts: present", 0x9, S, Y, 3, true, 0x1 },
+  { "resync done: unchanged", 0x1, Y, U, 3, true, 0x1 },
+  { "rejoins uptodate: present", 0x6, F, U, 1, true, 0x4 },
+  { "failed -> stale: unchanged", 0x6, F, S, 1, true, 0x6 },
+  { "stale -> failed: unchanged", 0x6, S, F, 1, true, 0x6 },
+  { "a new member's slot stays present", 0x0, S, F, 1, true, 0x0 },
+  { "removed: its slot freed", 0x6, F, R, 2, true, 0x2 },
+  { "removed uptodate", 0x2, U, R, 0, true, 0x2 },
+  { "removed without a slot", 0x6, S, R, -1, true, 0x6 },
+  { "other slots untouched", 0xf0f0, U, F, 0, true, 0xf0f1 },
+};
+
+/* leg_move_allowed: every pair, each once in the table. */
+static void
+test_moves (void)
+{
+  bool seen[NR_STATES][NR_STATES] = { { false } };
+  size_t i;
+  int f, t;
+
+  for (i = 0; i < sizeof move_cases / sizeof move_cases[0]; ++i) {
+    const struct move_case *c = &move_cases[i];
+    bool got = leg_move_allowed (c->from, c->to);
+    CHECKF (got == c->allowed, "%s -> %s: got %d, expected %d",
+            leg_state_name (c->from), leg_state_name (c->to), got,
+            c->allowed);
+    CHECKF (!seen[c->from][c->to], "%s -> %s twice in the table",
+            leg_state_name (c->from), leg_state_name (c->to));
+    seen[c->from][c->to] = true;
+  }
+  for (f = 0; f < NR_STATES; ++f)
+    for (t = 0; t < NR_STATES; ++t)
+      CHECKF (seen[f][t], "%s -> %s missing from the table",
+              leg_state_name ((enum leg_state) f),
+              leg_state_name ((enum leg_state) t));
+  CHECK (!leg_move_allowed ((enum leg_state) 99, LEG_FAILED));
+}
+
+/* membership_compute: the table, then every state of three legs. */
+static void
+test_compute (void)
+{
+  enum leg_state st[3];
+  size_t i;
+  int a, b, c;
+
+  for (i = 0; i < sizeof compute_cases / sizeof compute_cases[0]; ++i) {
+    const struct compute_case *k = &compute_cases[i];
+    uint64_t m = membership_compute (k->states, k->n, k->absent);
+    CHECKF (MB_UPTODATE (m) == k->up && MB_WRITING (m) == k->wr &&
+            MB_ABSENT (m) == k->absent && MB_EPOCH (m) == 0,
+            "%s: got up %#x writing %#x absent %#x epoch %u, expected "
+            "up %#x writing %#x absent %#x", k->why,
+            (unsigned) MB_UPTODATE (m), (unsigned) MB_WRITING (m),
+            (unsigned) MB_ABSENT (m), (unsigned) MB_EPOCH (m),
+            (unsigned) k->up, (unsigned) k->wr, (unsigned) k->absent);
+  }
+  for (a = 0; a < NR_STATES; ++a)
+    for (b = 0; b < NR_STATES; ++b)
+      for (c = 0; c < NR_STATES; ++c) {
+        uint64_t m;
+        unsigned j;
+        st[0] = (enum leg_state) a;
+        st[1] = (enum leg_state) b;
+        st[2] = (enum leg_state) c;
+        m = membership_compute (st, 3, 0xa5a5);
+        CHECK (MB_ABSENT (m) == 0xa5a5);
+        CHECK ((MB_UPTODATE (m) & ~MB_WRITING (m)) == 0);
+        CHECK ((MB_WRITING (m) & ~0x7u) == 0);
+        for (j = 0; j < 3; ++j) {
+          CHECK (!!(MB_UPTODATE (m) & (1u << j)) == (st[j] == LEG_UPTODATE));
+          CHECK (!!(MB_WRITING (m) & (1u << j)) ==
+                 (st[j] == LEG_UPTODATE || st[j] == LEG_SYNCING));
+        }
+      }
+}
+
+/* absent_after_move: the table, then every allowed move against the
+ * rule.
+ */
+static void
+test_absent (void)
+{
+  static const int slots[] = { -1, 0, 5, 15 };
+  size_t i, k;
+  int f, t, md;
+
+  for (i = 0; i < sizeof absent_cases / sizeof absent_cases[0]; ++i) {
+    const struct absent_case *c = &absent_cases[i];
+    uint16_t got = absent_after_move (c->absent, c->from, c->to, c->slot,
+                                      c->metadata);
+    CHECKF (got == c->want, "%s: got %#x, expected %#x", c->why,
+            (unsigned) got, (unsigned) c->want);
+  }
+  for (f = 0; f < NR_STATES; ++f)
+    for (t = 0; t < NR_STATES; ++t)
+      for (k = 0; k < sizeof slots / sizeof slots[0]; ++k)
+        for (md = 0; md <= 1; ++md) {
+          enum leg_state from = (enum leg_state) f, to = (enum leg_state) t;
+          uint16_t bit = slots[k] < 0 ? 0 : (uint16_t) (1u << slots[k]);
+          uint16_t in;
+          if (!leg_move_allowed (from, to))
+            continue;
+          for (in = 0; in < 4; ++in) {
+            uint16_t before = (uint16_t) ((in & 1 ? 0x2222 : 0x4444) |
+                                          (in & 2 ? bit : 0));
+            uint16_t got = absent_after_move (before, from, to, slots[k],
+                                              md);
+            uint16_t want = before;
+            if (to == LEG_REMOVED ||
+                (leg_state_writing (to) && !leg_state_writing (from)))
+              want &= ~bit;
+            else if (md && leg_state_writing (from) &&
+                     !leg_state_writing (to))
+              want |= bit;
+            CHECKF ((got & ~bit) == (before & ~bit),
+                    "%s -> %s slot %d: another slot changed",
+                    leg_state_name (from), leg_state_name (to), slots[k]);
+            CHECKF (got == want, "%s -> %s slot %d metadata %d: got %#x, "
+                    "expected %#x", leg_state_name (from),
+                    leg_state_name (to), slots[k], md, (unsigned) got,
+                    (unsigned) want);
+            /* A writing leg's slot is never absent before, nor after. */
+            CHECKF ((leg_state_writing (from) && (before & bit)) ||
+                    !leg_state_writing (to) || !(got & bit),
+                    "%s -> %s: a writing leg's slot is absent",
+                    leg_state_name (from), leg_state_name (to));
+          }
+        }
+}
 
 /* The volume state as DESIGN.md section 3 defines it. */
 static const char *
@@ -216,5 +419,8 @@ main (void)
   test_volume_states ();
   test_errno_table ();
   test_errno_rules ();
+  test_moves ();
+  test_compute ();
+  test_absent ();
   return unit_exit ("unit-state");
 }

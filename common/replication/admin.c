@@ -105,7 +105,7 @@ volume_add_leg (struct volume *v, const char *uri, char *err, size_t errlen)
   l->index = (unsigned) n;
   l->uri = l->owned_uri;
   l->slot = -1;
-  atomic_store (&l->state, LEG_FAILED);
+  leg_init_state (l, LEG_FAILED);   /* not counted in nr_legs yet */
   verdict = monitor_examine_leg (v, l, err, errlen);
   if (verdict == V_UNREACHABLE || verdict == V_REFUSE) {
     char why[256];
@@ -186,18 +186,13 @@ stop_resync_of (struct volume *v, struct leg *l)
 static void
 retire_leg (struct volume *v, struct leg *l)
 {
-  uint16_t bit = 1u << l->index, slotbit = 0;
   int slot = l->slot;
 
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-    uint64_t m = membership_load (v);
-    if (slot >= 0)
-      slotbit = 1u << slot;
-    atomic_store (&l->state, LEG_REMOVED);
+    leg_set_state (v, l, LEG_REMOVED, "removed by the operator");
     snprintf (l->last_error, sizeof l->last_error, "removed by the operator");
-    membership_publish (v, MB_UPTODATE (m) & ~bit, MB_WRITING (m) & ~bit,
-                        MB_ABSENT (m) & ~slotbit);
+    l->slot = -1;               /* under v->lock, as status reads it */
   }
   if (slot >= 0 && v->metadata) {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->bm_write_lock);
@@ -205,7 +200,6 @@ retire_leg (struct volume *v, struct leg *l)
     if (v->bitmaps[slot])
       bitmap_clear_all (v->bitmaps[slot]);
   }
-  l->slot = -1;
 }
 
 /* Remove a leg.  Returns 0, or -1 with the reason in err. */

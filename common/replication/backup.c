@@ -105,9 +105,8 @@ claim_tracker (struct volume *v)
         return -1;
       nbdkit_debug ("backup: slot %u tracks changed blocks", i);
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-      uint64_t m = membership_load (v);
-      membership_publish (v, MB_UPTODATE (m), MB_WRITING (m),
-                          MB_ABSENT (m) | (1u << i));
+      membership_set_absent (v, MB_ABSENT (membership_load (v)) | (1u << i),
+                             "the backup's tracker slot");
       return (int) i;
     }
   return -1;
@@ -209,20 +208,15 @@ static int
 hold_leg (struct volume *v, struct leg *l)
 {
   static const struct leg_cmd flush = { .op = OP_FLUSH };
-  uint16_t bit = 1u << l->index;
-  uint64_t m;
   int e = leg_sync_io (l, &flush);
 
   if (e != 0)
     return e;
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-    atomic_store (&l->state, LEG_STALE);
     l->held = true;
     l->want_full = false;
-    m = membership_load (v);
-    membership_publish (v, MB_UPTODATE (m) & ~bit, MB_WRITING (m) & ~bit,
-                        MB_ABSENT (m) | (1u << l->slot));
+    leg_set_state (v, l, LEG_STALE, "held as a backup's source");
   }
   meta_record_absent (v, l, true, true);
   return 0;
@@ -413,9 +407,8 @@ backup_yield_tracker_slot (struct volume *v)
     memset (&v->sb.slots[s], 0, sizeof v->sb.slots[s]);
   }
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-  uint64_t m = membership_load (v);
-  membership_publish (v, MB_UPTODATE (m), MB_WRITING (m),
-                      MB_ABSENT (m) & ~(1u << s));
+  membership_set_absent (v, MB_ABSENT (membership_load (v)) & ~(1u << s),
+                         "the tracker's slot given to a new leg");
   return s;
 }
 

@@ -14,6 +14,15 @@
  * range lock, so the legs it goes to and the bitmaps it marks always
  * agree.  Changes are made under v->lock and published with one store.
  *
+ * One funnel: a leg's state changes only through leg_set_state
+ * (member.c), which checks the move against the transition table
+ * (leg_move_allowed, state.c), recomputes the word from the legs and
+ * publishes it; the absent slots that belong to no leg (the backup's
+ * tracker, the slots an election found absent) change only through
+ * membership_set_absent.  leg_init_state sets the state a leg starts
+ * in, before anything else can see it.  Nothing else stores l->state
+ * or publishes the word, so the word always mirrors the legs.
+ *
  * Lock order (take left before right, never the reverse):
  *   range lock -> v->change_lock -> v->lock -> al->lock -> leg->lock
  * No lock is held across I/O except change_lock (held while a
@@ -166,7 +175,9 @@ struct leg {
   uint64_t drain_since_ns;              /* when the oldest was kept */
   bool drain_untracked;                 /* one could not be kept */
 
-  /* Written under v->lock; the state is also read without it. */
+  /* Written only by leg_set_state (under v->lock) and leg_init_state;
+   * also read without the lock.
+   */
   _Atomic (enum leg_state) state;
   char last_error[256];
   int slot;                 /* metadata slot, -1 = none yet */
@@ -215,7 +226,7 @@ struct volume {
   /* Client requests so far (resync yields while this moves). */
   _Atomic uint64_t client_requests;
 
-  /* Membership (see MB_*).  Stored under v->lock. */
+  /* Membership (see MB_*).  Stored under v->lock, by member.c only. */
   _Atomic uint64_t membership;
   /* Writes in flight per epoch parity, striped to spread the cache
    * lines; a membership change waits for the old parity to drain.
@@ -338,6 +349,13 @@ extern bool errno_fails_leg (int err);
 extern bool errno_is_disconnect (int err);
 extern bool errno_is_refusal (int err);
 extern int errno_for_client (int err);
+extern bool leg_move_allowed (enum leg_state from, enum leg_state to);
+extern bool leg_state_writing (enum leg_state s);
+extern uint64_t membership_compute (const enum leg_state *states,
+                                    size_t nr_legs, uint16_t absent);
+extern uint16_t absent_after_move (uint16_t absent, enum leg_state from,
+                                   enum leg_state to, int slot,
+                                   bool metadata);
 
 /* select.c: which leg serves a read. */
 extern int select_read_leg (enum read_policy policy, uint16_t candidates,
@@ -418,8 +436,13 @@ extern int leg_sync_io (struct leg *l, const struct leg_cmd *cmd);
 
 /* member.c: membership changes. */
 extern uint64_t membership_load (struct volume *v);
-extern void membership_publish (struct volume *v, uint16_t uptodate,
-                                uint16_t writing, uint16_t absent);
+extern void volume_lock_init (struct volume *v);
+extern bool volume_lock_held (struct volume *v);
+extern void leg_init_state (struct leg *l, enum leg_state s);
+extern void leg_set_state (struct volume *v, struct leg *l, enum leg_state to,
+                           const char *why);
+extern void membership_set_absent (struct volume *v, uint16_t absent,
+                                   const char *why);
 extern uint16_t membership_enter_write (struct volume *v, uint64_t *m);
 extern void membership_leave_write (struct volume *v, uint16_t ticket);
 extern uint16_t volume_slot_mask_of (struct volume *v, uint16_t legs);

@@ -24,15 +24,34 @@
  * remaining uptodate legs.  While that is in progress pending_changes
  * is non-zero and every write that completes waits before it is
  * acknowledged (invariant 1 of DESIGN.md section 5).
+ *
+ * One funnel (as DRBD's): leg_set_state is the only way a leg changes
+ * state.  It asserts that v->lock is held and that the move is in the
+ * transition table (leg_move_allowed), stores the state, recomputes
+ * the word from every leg (membership_compute; the leg's own slot
+ * turns absent or present by absent_after_move) and publishes it, and
+ * logs "leg N: FROM -> TO (WHY)".  A move between failed and stale
+ * changes no mask and publishes nothing.  membership_set_absent
+ * publishes a change of the absent slots that belong to no leg (the
+ * backup's tracker; at start, the slots the election found absent);
+ * membership_publish, which only those two call, asserts what the word
+ * promises: uptodate legs are writing and no writing leg's slot is
+ * absent; leg_set_state first asserts that the word it starts from
+ * agrees with the leg states (nothing moved a leg behind its back).
+ * The lock checks need an error-checking v->lock, which
+ * volume_lock_init makes wherever assertions are compiled in.
  */
 
 #include <config.h>
 
+#include <assert.h>
+#include <errno.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 #include "metaio.h"
@@ -107,15 +126,75 @@ tickets_out (struct volume *v, unsigned parity)
   return n;
 }
 
-/* Publish a new membership and wait until no write holds a ticket of
- * the old one.  Called with v->lock held.
+/* Make v->lock: error-checking where assertions are compiled in, so
+ * that volume_lock_held can tell its owner.
  */
 void
+volume_lock_init (struct volume *v)
+{
+#ifndef NDEBUG
+  pthread_mutexattr_t attr;
+
+  pthread_mutexattr_init (&attr);
+  pthread_mutexattr_settype (&attr, PTHREAD_MUTEX_ERRORCHECK);
+  pthread_mutex_init (&v->lock, &attr);
+  pthread_mutexattr_destroy (&attr);
+#else
+  pthread_mutex_init (&v->lock, NULL);
+#endif
+}
+
+/* Does this thread hold v->lock (for assertions)?  A timed lock of an
+ * error-checking mutex fails at once with EDEADLK for its owner; held
+ * by another thread it times out at once (the deadline is past); free,
+ * it is taken, and given back.  Without assertions: true.
+ */
+bool
+volume_lock_held (struct volume *v)
+{
+#ifndef NDEBUG
+  static const struct timespec past = { 0, 0 };
+  int r = pthread_mutex_timedlock (&v->lock, &past);
+
+  if (r == 0) {
+    pthread_mutex_unlock (&v->lock);
+    return false;
+  }
+  return r == EDEADLK;
+#else
+  (void) v;
+  return true;
+#endif
+}
+
+/* The word (epoch 0) the legs' states make, with these absent slots. */
+static uint64_t
+membership_of_legs (struct volume *v, uint16_t absent)
+{
+  enum leg_state states[MAX_LEGS];
+  size_t i, n = atomic_load (&v->nr_legs);
+
+  for (i = 0; i < n; ++i)
+    states[i] = atomic_load (&v->legs[i].state);
+  return membership_compute (states, n, absent);
+}
+
+/* The word without its epoch. */
+#define MB_MASKS(m) ((m) & ~((uint64_t) 0xffff << 48))
+
+/* Publish a new membership and wait until no write holds a ticket of
+ * the old one.  v->lock held.  Only the funnel (leg_set_state,
+ * membership_set_absent) publishes.
+ */
+static void
 membership_publish (struct volume *v, uint16_t uptodate, uint16_t writing,
                     uint16_t absent)
 {
   uint64_t old = atomic_load (&v->membership);
 
+  assert (volume_lock_held (v));
+  assert ((uptodate & ~writing) == 0);
+  assert ((absent & volume_slot_mask_of (v, writing)) == 0);
   atomic_store (&v->membership,
                 MB_MAKE (uptodate, writing, absent, MB_EPOCH (old) + 1));
   while (tickets_out (v, MB_EPOCH (old) & 1) > 0)
@@ -133,6 +212,68 @@ volume_slot_mask_of (struct volume *v, uint16_t legs)
     if ((legs & (1u << i)) && v->legs[i].slot >= 0)
       slots |= 1u << v->legs[i].slot;
   return slots;
+}
+
+/* Set the state a leg starts in: before it is part of the volume
+ * (engine_config_complete, an added leg before nr_legs counts it) or
+ * while the volume starts, before any thread but the starting one can
+ * look (the election's roles).  No lock, no move: there is no earlier
+ * state to move from, and the word is published once for every leg
+ * afterwards (membership_set_absent).
+ */
+void
+leg_init_state (struct leg *l, enum leg_state s)
+{
+  assert (!l->v->started || l->index >= atomic_load (&l->v->nr_legs));
+  atomic_store (&l->state, s);
+}
+
+/* Move a leg to another state: the only writer of l->state once the
+ * volume runs (see the design note).  v->lock held.
+ */
+void
+leg_set_state (struct volume *v, struct leg *l, enum leg_state to,
+               const char *why)
+{
+  enum leg_state from = atomic_load (&l->state);
+  uint64_t old = membership_load (v), m;
+  uint16_t absent;
+
+  assert (volume_lock_held (v));
+  assert (!v->started ||
+          MB_MASKS (membership_of_legs (v, MB_ABSENT (old))) ==
+          MB_MASKS (old));
+  if (!leg_move_allowed (from, to)) {
+    nbdkit_error ("leg %u: %s -> %s is not a valid move (%s)", l->index,
+                  leg_state_name (from), leg_state_name (to), why);
+    assert (leg_move_allowed (from, to));
+  }
+  absent = absent_after_move (MB_ABSENT (old), from, to, l->slot,
+                              v->metadata);
+  atomic_store (&l->state, to);
+  m = membership_of_legs (v, absent);
+  nbdkit_debug ("leg %u: %s -> %s (%s)", l->index, leg_state_name (from),
+                leg_state_name (to), why);
+  /* A removal always publishes: the slot it frees must be out of every
+   * write's hands before it is cleared.
+   */
+  if (MB_MASKS (m) != MB_MASKS (old) || to == LEG_REMOVED)
+    membership_publish (v, MB_UPTODATE (m), MB_WRITING (m), MB_ABSENT (m));
+}
+
+/* Publish a new set of absent slots (a slot that belongs to no leg
+ * turning absent or present; at start, every slot the election found
+ * absent), the masks computed from the legs.  v->lock held.
+ */
+void
+membership_set_absent (struct volume *v, uint16_t absent, const char *why)
+{
+  uint64_t m = membership_of_legs (v, absent);
+
+  nbdkit_debug ("membership: absent slots %#x -> %#x (%s)",
+                (unsigned) MB_ABSENT (membership_load (v)),
+                (unsigned) absent, why);
+  membership_publish (v, MB_UPTODATE (m), MB_WRITING (m), absent);
 }
 
 /* Start recording a membership change: writes completing from now on
@@ -184,8 +325,6 @@ bool
 volume_mark_failed (struct volume *v, struct leg *l, unsigned epoch,
                     const char *reason, bool *was_uptodate)
 {
-  uint64_t m;
-  uint16_t bit = 1u << l->index, absent;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
 
   if (l->state != LEG_UPTODATE && l->state != LEG_SYNCING)
@@ -193,7 +332,6 @@ volume_mark_failed (struct volume *v, struct leg *l, unsigned epoch,
   if (epoch != EPOCH_ANY && epoch != atomic_load (&l->epoch))
     return false;               /* an error from connections long gone */
   *was_uptodate = l->state == LEG_UPTODATE;
-  l->state = LEG_FAILED;
   /* A leg timed out in this epoch: its requests fail with ENOTCONN once
    * its sockets are shut down, and whichever is judged first must not
    * hide why (the timeout, already in last_error).
@@ -202,12 +340,7 @@ volume_mark_failed (struct volume *v, struct leg *l, unsigned epoch,
     snprintf (l->last_error, sizeof l->last_error, "%s", reason);
   l->backoff = 0;
   l->next_attempt_ns = now_ns () + 1000000000;
-  m = membership_load (v);
-  absent = MB_ABSENT (m);
-  if (v->metadata && l->slot >= 0)
-    absent |= 1u << l->slot;
-  membership_publish (v, MB_UPTODATE (m) & ~bit, MB_WRITING (m) & ~bit,
-                      absent);
+  leg_set_state (v, l, LEG_FAILED, reason);
   return true;
 }
 

@@ -156,12 +156,9 @@ rejoin_uptodate (struct volume *v, struct leg *l)
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
     {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-      uint64_t m = membership_load (v);
-      atomic_store (&l->state, LEG_UPTODATE);
       l->backoff = 0;
       l->last_error[0] = '\0';
-      membership_publish (v, MB_UPTODATE (m) | bit, MB_WRITING (m) | bit,
-                          MB_ABSENT (m) & ~(1u << l->slot));
+      leg_set_state (v, l, LEG_UPTODATE, "back, holding the generation");
     }
     if (v->metadata)
       meta_bump (v);
@@ -246,10 +243,11 @@ monitor_apply_verdict (struct volume *v, struct leg *l, enum verdict verdict)
   nbdkit_debug ("%s is back: %s resync", name,
                 verdict == V_FULL || l->force_full ? "full" : "incremental");
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-  atomic_store (&l->state, LEG_STALE);
   l->want_full = verdict == V_FULL || l->force_full;
   l->force_full = false;
   l->last_error[0] = '\0';
+  leg_set_state (v, l, LEG_STALE, l->want_full ? "back, needs a full resync"
+                 : "back, needs an incremental resync");
   return 0;
 }
 
@@ -310,7 +308,7 @@ start_resync (struct volume *v, struct leg *l)
     return;
   nbdkit_error ("%s: cannot start a resync", leg_name (l, name, sizeof name));
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-  atomic_store (&l->state, LEG_FAILED);
+  leg_set_state (v, l, LEG_FAILED, "cannot start a resync");
   leg_back_off_locked (l);
 }
 

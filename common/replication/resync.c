@@ -566,6 +566,7 @@ claim_target (struct resync *rs)
   struct leg *l = rs->target;
 
   if (!v->metadata) {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);   /* as status reads it */
     if (l->slot < 0)
       l->slot = (int) l->index;
   }
@@ -621,14 +622,10 @@ start_receiving_writes (struct resync *rs)
 {
   struct volume *v = rs->v;
   struct leg *l = rs->target;
-  uint64_t m;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
 
-  l->state = LEG_SYNCING;
-  m = membership_load (v);
-  membership_publish (v, MB_UPTODATE (m),
-                      MB_WRITING (m) | (1u << l->index),
-                      MB_ABSENT (m) & ~(1u << l->slot));
+  leg_set_state (v, l, LEG_SYNCING, rs->full ? "full resync started"
+                 : "incremental resync started");
 }
 
 /* Step 4: record the target as uptodate.  Returns -1 if it failed. */
@@ -654,12 +651,9 @@ finish (struct resync *rs)
   pthread_mutex_lock (&v->change_lock);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-    uint64_t m = membership_load (v);
     if (l->state == LEG_SYNCING) {
-      l->state = LEG_UPTODATE;
+      leg_set_state (v, l, LEG_UPTODATE, "resync done");
       l->inconsistent = false;
-      membership_publish (v, MB_UPTODATE (m) | bit, MB_WRITING (m),
-                          MB_ABSENT (m));
     }
     else
       r = -1;
@@ -716,7 +710,7 @@ give_up (struct resync *rs)
   }
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
   if (atomic_load (&l->state) == LEG_STALE) {
-    atomic_store (&l->state, LEG_FAILED);
+    leg_set_state (v, l, LEG_FAILED, "the resync could not start");
     leg_back_off_locked (l);
   }
 }

@@ -604,7 +604,12 @@ learn_stale_al_seqs (struct volume *v)
       meta_learn_al_seq (&v->legs[i]);
 }
 
-/* Set leg states from the election's roles; returns the winners. */
+/* Set leg states from the election's roles; returns the winners.
+ * These are the states the legs start in (leg_init_state), not moves:
+ * nothing but this thread looks at the legs yet, and the word is
+ * published once for all of them, with the absent slots the
+ * superblock names (membership_set_absent).
+ */
 static uint16_t
 apply_roles (struct volume *v, const struct elect_result *res)
 {
@@ -616,18 +621,18 @@ apply_roles (struct volume *v, const struct elect_result *res)
     struct leg *l = &v->legs[i];
     switch (res->role[i]) {
     case ROLE_UPTODATE:
-      l->state = LEG_UPTODATE;
+      leg_init_state (l, LEG_UPTODATE);
       winners |= 1u << i;
       break;
     case ROLE_INCREMENTAL:
     case ROLE_FULL:
-      l->state = LEG_STALE;
+      leg_init_state (l, LEG_STALE);
       l->want_full = res->role[i] == ROLE_FULL;
       nbdkit_debug ("%s is stale: %s resync", leg_name (l, name, sizeof name),
                     l->want_full ? "full" : "incremental");
       break;
     case ROLE_MISSING:
-      l->state = LEG_FAILED;
+      leg_init_state (l, LEG_FAILED);
       break;
     }
   }
@@ -714,7 +719,7 @@ start_with_metadata (struct volume *v)
     return -1;
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-    membership_publish (v, winners, winners, absent);
+    membership_set_absent (v, absent, "started");
   }
   if (meta_persist_bitmaps (v) == -1 || write_empty_log (v, winners) == -1)
     return -1;
@@ -737,7 +742,7 @@ static int
 start_without_metadata (struct volume *v)
 {
   uint64_t deadline = now_ns () + (uint64_t) (v->cfg.wait * 1e9);
-  uint16_t all = (uint16_t) ((1u << v->nr_legs) - 1), up;
+  uint16_t all = (uint16_t) ((1u << v->nr_legs) - 1);
   size_t i;
 
   for (;;) {
@@ -756,12 +761,11 @@ start_without_metadata (struct volume *v)
   v->size = smallest_leg (v)->caps.size & ~(uint64_t) 4095;
   for (i = 0; i < v->nr_legs; ++i) {
     v->legs[i].slot = (int) i;
-    v->legs[i].state = i == 0 ? LEG_UPTODATE : LEG_STALE;
+    leg_init_state (&v->legs[i], i == 0 ? LEG_UPTODATE : LEG_STALE);
     v->legs[i].want_full = true;
   }
-  up = 1;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-  membership_publish (v, up, up, 0);
+  membership_set_absent (v, 0, "started without metadata");
   return 0;
 }
 

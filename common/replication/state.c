@@ -8,11 +8,18 @@
  * alike), and what the client may be told: nbdkit turns any errno it
  * does not know into EINVAL, so libnbd's ENOTCONN from a dead leg must
  * never get through.
+ *
+ * Leg moves: leg_move_allowed is the transition table of DESIGN.md
+ * section 3 as the engine uses it, and the only judge of a state
+ * change (leg_set_state asserts it).  membership_compute and
+ * absent_after_move are the membership word a set of leg states makes
+ * (internal.h, MB_*), so the word is computed in one place.
  */
 
 #include <config.h>
 
 #include <errno.h>
+#include <stddef.h>
 
 #include "internal.h"
 
@@ -28,6 +35,90 @@ leg_state_name (enum leg_state s)
   case LEG_REMOVED: return "removed";
   }
   return "unknown";
+}
+
+/* May a leg move from one state to another?  The moves the engine
+ * makes (DESIGN.md section 3):
+ *   failed   -> stale      a returning leg needs a resync (monitor)
+ *   failed   -> uptodate   a returning leg holds the current generation
+ *   stale    -> syncing    its resync starts receiving writes
+ *   stale    -> failed     the resync could not start or gave up
+ *   syncing  -> uptodate   the resync is done
+ *   syncing  -> failed     an error, or the operator (nbdrep fail)
+ *   uptodate -> failed     an error, or the operator
+ *   uptodate -> stale      held out as a backup's source
+ *   any      -> removed    the operator (nbdrep remove)
+ * Nothing leaves removed, and staying put is no move.  The states a
+ * leg starts in are set by leg_init_state, not moved to.
+ */
+bool
+leg_move_allowed (enum leg_state from, enum leg_state to)
+{
+  switch (from) {
+  case LEG_FAILED:
+    return to == LEG_STALE || to == LEG_UPTODATE || to == LEG_REMOVED;
+  case LEG_STALE:
+    return to == LEG_SYNCING || to == LEG_FAILED || to == LEG_REMOVED;
+  case LEG_SYNCING:
+    return to == LEG_UPTODATE || to == LEG_FAILED || to == LEG_REMOVED;
+  case LEG_UPTODATE:
+    return to == LEG_FAILED || to == LEG_STALE || to == LEG_REMOVED;
+  case LEG_REMOVED:
+    return false;
+  }
+  return false;
+}
+
+/* Does a leg in this state receive writes (uptodate or syncing)? */
+bool
+leg_state_writing (enum leg_state s)
+{
+  return s == LEG_UPTODATE || s == LEG_SYNCING;
+}
+
+/* The membership word (epoch 0) of legs in these states, with these
+ * absent slots: uptodate = the legs in LEG_UPTODATE, writing = the
+ * legs in LEG_UPTODATE or LEG_SYNCING.
+ */
+uint64_t
+membership_compute (const enum leg_state *states, size_t nr_legs,
+                    uint16_t absent)
+{
+  uint16_t up = 0, wr = 0;
+  size_t i;
+
+  for (i = 0; i < nr_legs && i < MAX_LEGS; ++i) {
+    if (states[i] == LEG_UPTODATE)
+      up |= 1u << i;
+    if (leg_state_writing (states[i]))
+      wr |= 1u << i;
+  }
+  return MB_MAKE (up, wr, absent, 0);
+}
+
+/* The absent slots after a leg holding slot (-1: none) moves from one
+ * state to another.  A leg that stops receiving writes makes its slot
+ * absent (with metadata: its bitmap collects what it misses); one that
+ * starts receiving them, or is removed (its slot is freed), takes it
+ * out.  A move between failed and stale changes nothing: the slot is
+ * absent or not as it was (a new member's slot is not absent until
+ * its resync, whose bitmap is set in full, publishes it present).
+ */
+uint16_t
+absent_after_move (uint16_t absent, enum leg_state from, enum leg_state to,
+                   int slot, bool metadata)
+{
+  uint16_t bit;
+
+  if (slot < 0 || slot >= MAX_LEGS)
+    return absent;
+  bit = (uint16_t) (1u << slot);
+  if (to == LEG_REMOVED ||
+      (leg_state_writing (to) && !leg_state_writing (from)))
+    return absent & ~bit;
+  if (metadata && leg_state_writing (from) && !leg_state_writing (to))
+    return absent | bit;
+  return absent;
 }
 
 /* The volume state from the number of uptodate legs, the number of

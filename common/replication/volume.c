@@ -44,7 +44,7 @@ engine_new (enum engine_shape shape)
   }
   v->shape = shape;
   config_init (&v->cfg, shape == SHAPE_FILTER);
-  pthread_mutex_init (&v->lock, NULL);
+  volume_lock_init (v);
   pthread_cond_init (&v->cond, NULL);
   pthread_cond_init (&v->monitor_cond, NULL);
   pthread_mutex_init (&v->change_lock, NULL);
@@ -124,7 +124,7 @@ engine_config_complete (struct volume *v)
     l->slot = -1;
     l->local = v->cfg.local_leg0 && i == 0;
     l->uri = l->local ? NULL : v->cfg.uris[nbd++];
-    atomic_store (&l->state, LEG_FAILED);
+    leg_init_state (l, LEG_FAILED);
   }
   return 0;
 }
