@@ -101,6 +101,7 @@ volume_add_leg (struct volume *v, const char *uri, char *err, size_t errlen)
     return -1;
   }
   pthread_mutex_init (&l->conns_lock, NULL);
+  pthread_mutex_init (&l->life_lock, NULL);
   l->v = v;
   l->index = (unsigned) n;
   l->uri = l->owned_uri;
@@ -126,19 +127,24 @@ volume_add_leg (struct volume *v, const char *uri, char *err, size_t errlen)
     free (l->al_buf);
     drain_free (l);
     pthread_mutex_destroy (&l->conns_lock);
+    pthread_mutex_destroy (&l->life_lock);
     memset (l, 0, sizeof *l);
     return -1;
   }
-  atomic_store (&v->nr_legs, n + 1);
-  nbdkit_debug ("leg %zu (%s) added by the operator", n, uri);
-  if (monitor_apply_verdict (v, l, verdict) == -1) {
-    snprintf (err, errlen, "leg %zu: cannot write its metadata", n);
-    return -1;
-  }
-  if (atomic_load (&l->state) == LEG_STALE &&
-      resync_start (v, l, l->want_full) == -1) {
-    snprintf (err, errlen, "leg %zu: cannot start its resync", n);
-    return -1;
+  {
+    /* Counted from now on: the monitor may look at it. */
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->life_lock);
+    atomic_store (&v->nr_legs, n + 1);
+    nbdkit_debug ("leg %zu (%s) added by the operator", n, uri);
+    if (monitor_apply_verdict (v, l, verdict) == -1) {
+      snprintf (err, errlen, "leg %zu: cannot write its metadata", n);
+      return -1;
+    }
+    if (atomic_load (&l->state) == LEG_STALE &&
+        resync_start (v, l, l->want_full) == -1) {
+      snprintf (err, errlen, "leg %zu: cannot start its resync", n);
+      return -1;
+    }
   }
   return (int) n;
 }
@@ -208,6 +214,8 @@ volume_remove_leg (struct volume *v, unsigned index, char *err, size_t errlen)
 {
   struct leg *l = &v->legs[index];
   const char *why;
+  /* Not while the monitor connects or judges it. */
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->life_lock);
 
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);

@@ -24,9 +24,11 @@
  * or publishes the word, so the word always mirrors the legs.
  *
  * Lock order (take left before right, never the reverse):
- *   range lock -> v->change_lock -> v->lock -> al->lock -> leg->lock
- * No lock is held across I/O except change_lock (held while a
- * generation bump writes superblocks) and range locks.
+ *   leg->life_lock -> range lock -> v->change_lock -> v->lock ->
+ *   al->lock -> leg->conns_lock
+ * No lock is held across I/O except a leg's life_lock (while it is
+ * connected and judged), change_lock (held while a generation bump
+ * writes superblocks) and range locks.
  */
 
 #ifndef REPLICATE_INTERNAL_H
@@ -164,6 +166,12 @@ struct leg {
   _Atomic unsigned epoch;               /* +1 at every leg_open */
   _Atomic unsigned timed_out;           /* epoch + 1 of a timeout, or 0 */
   pthread_mutex_t conns_lock;           /* conns[] against leg_shutdown */
+  /* Held while the leg is connected, judged and brought back
+   * (monitor), added or removed (control thread): they open and close
+   * its connections, so they must not overlap.  Held across I/O; taken
+   * before change_lock.
+   */
+  pthread_mutex_t life_lock;
   _Atomic unsigned inflight;            /* requests in flight (least-busy) */
   struct leg_caps caps;
 

@@ -134,6 +134,16 @@ judge_returning_leg (struct volume *v, struct leg *l, char *why, size_t len)
   return judge_sb_locked (v, l, &sb, why, len);
 }
 
+/* Is a leg being brought back still failed?  The operator may have
+ * removed it meanwhile (nbdrep remove does not wait for the monitor);
+ * then it stays removed.  v->lock held.
+ */
+static bool
+still_failed (const struct leg *l)
+{
+  return atomic_load (&l->state) == LEG_FAILED;
+}
+
 /* A leg holding the current generation rejoins as uptodate: it gets the
  * activity log and every bitmap first, like a leg finishing a resync.
  * Returns -1 if it could not take them.  No log commit or bitmap page
@@ -146,6 +156,7 @@ static int
 rejoin_uptodate (struct volume *v, struct leg *l)
 {
   uint16_t bit = 1u << l->index;
+  bool moved = false;
 
   if (v->metadata &&
       (al_write_to (v->al, bit) != 0 ||
@@ -156,15 +167,18 @@ rejoin_uptodate (struct volume *v, struct leg *l)
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
     {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-      l->backoff = 0;
-      l->last_error[0] = '\0';
-      leg_set_state (v, l, LEG_UPTODATE, "back, holding the generation");
+      moved = still_failed (l);
+      if (moved) {
+        l->backoff = 0;
+        l->last_error[0] = '\0';
+        leg_set_state (v, l, LEG_UPTODATE, "back, holding the generation");
+      }
     }
-    if (v->metadata)
+    if (moved && v->metadata)
       meta_bump (v);
   }
   volume_change_end (v);
-  return 0;
+  return moved ? 0 : -1;
 }
 
 /* Has the server of l (as l, or as a removed leg of the same URI) not
@@ -243,6 +257,8 @@ monitor_apply_verdict (struct volume *v, struct leg *l, enum verdict verdict)
   nbdkit_debug ("%s is back: %s resync", name,
                 verdict == V_FULL || l->force_full ? "full" : "incremental");
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+  if (!still_failed (l))
+    return -1;
   l->want_full = verdict == V_FULL || l->force_full;
   l->force_full = false;
   l->last_error[0] = '\0';
@@ -271,7 +287,10 @@ reconnect (struct volume *v, struct leg *l)
 {
   char err[256], why[300], name[160];
   enum verdict verdict;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->life_lock);
 
+  if (atomic_load (&l->state) != LEG_FAILED)
+    return;                     /* removed (or added) meanwhile */
   leg_close (l);
   if (old_connections_open (v, l, err, sizeof err)) {
     leg_set_error (l, "%s", err);
@@ -293,7 +312,8 @@ reconnect (struct volume *v, struct leg *l)
   default:
     if (monitor_apply_verdict (v, l, verdict) == -1) {
       leg_close (l);
-      reconnect_failed (v, l, "cannot write its metadata", false);
+      if (atomic_load (&l->state) == LEG_FAILED)   /* not removed meanwhile */
+        reconnect_failed (v, l, "cannot write its metadata", false);
     }
   }
 }
@@ -303,6 +323,7 @@ static void
 start_resync (struct volume *v, struct leg *l)
 {
   char name[160];
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->life_lock);
 
   if (resync_start (v, l, l->want_full) == 0)
     return;

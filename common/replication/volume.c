@@ -66,6 +66,7 @@ engine_free (struct volume *v)
     free (v->legs[i].owned_uri);
     drain_free (&v->legs[i]);
     pthread_mutex_destroy (&v->legs[i].conns_lock);
+    pthread_mutex_destroy (&v->legs[i].life_lock);
   }
   for (i = 0; i < MAX_LEGS; ++i) {
     if (v->bitmaps[i]) {
@@ -119,6 +120,7 @@ engine_config_complete (struct volume *v)
   for (i = 0; i < v->nr_legs; ++i) {
     struct leg *l = &v->legs[i];
     pthread_mutex_init (&l->conns_lock, NULL);
+    pthread_mutex_init (&l->life_lock, NULL);
     l->v = v;
     l->index = (unsigned) i;
     l->slot = -1;
