@@ -18,13 +18,11 @@ now_us ()
   echo "${EPOCHREALTIME/./}"
 }
 
-# status_check CTL EXPR: fail (printing the status) unless the Python
-# expression EXPR is true, with s = the status JSON and leg(i) = the leg
-# whose index is i.
-status_check ()
+# status_json_check EXPR: fail (printing the status) unless the Python
+# expression EXPR is true, with s = the status JSON read from standard
+# input and leg(i) = the leg whose index is i.
+status_json_check ()
 {
-  local json
-  json=$(nbdrep_status_json "$1") || return 1
   python3 -c '
 import json, sys
 s = json.load(sys.stdin)
@@ -35,7 +33,15 @@ if not eval("(" + sys.argv[1] + ")"):
         l.pop("latency", None)
     sys.exit("status check failed: %s\n%s"
              % (sys.argv[1], json.dumps(s, indent=1)))
-' "$2" <<<"$json"
+' "$1"
+}
+
+# status_check CTL EXPR: status_json_check EXPR on CTL's status now.
+status_check ()
+{
+  local json
+  json=$(nbdrep_status_json "$1") || return 1
+  status_json_check "$2" <<<"$json"
 }
 
 # new_expected FILE URI: create FILE, all zeroes, of the size URI exports.

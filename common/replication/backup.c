@@ -7,7 +7,8 @@
  * Point in time.  With two or more uptodate legs (and at least quorum
  * left without one) an uptodate NBD leg is held out: with every client
  * write kept out by a range lock over the whole volume, the leg is
- * flushed and leaves the write set as a failing leg does (its slot
+ * flushed (a leg that fails the flush is failed, and the backup goes
+ * live) and leaves the write set as a failing leg does (its slot
  * turns absent, so what it misses is marked in its bitmap, and a
  * generation bump records it), except that its bitmap starts empty: it
  * completed every write.  The writes go on without it.  Its state

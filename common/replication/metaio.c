@@ -13,7 +13,18 @@
  * uptodate leg before it returns; a leg that cannot take it is failed
  * on the spot (its hot extents ORed into its bitmap) and the bump is
  * repeated without it, so the generation a write is acknowledged
- * under is always recorded on every leg it counts on.
+ * under is always recorded on every leg it counts on.  A bump that no
+ * leg takes goes back to the last recorded superblock; the generations
+ * it wrote (a leg may hold one: applied, then failed) are kept in
+ * v->unrecorded, standing for the recorded one, and enter the history
+ * with the next recorded bump; every new counter is above all written.
+ * The last uptodate leg's failure is not recorded at all.
+ *
+ * Changing a slot's bm_gen rewrites every page of its bitmap
+ * (meta_set_bm_gen).  Dirty pages go to every leg receiving writes,
+ * syncing legs included, so a leg that got them all once misses none.
+ * A joining leg's activity-log seq is read from its disk first
+ * (meta_learn_al_seq), so the logs we write it are its newest.
  */
 
 #include <config.h>
