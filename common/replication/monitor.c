@@ -278,9 +278,33 @@ reconnect_failed (struct volume *v, struct leg *l, const char *why,
   leg_back_off_locked (l);
 }
 
+/* How long a reconnection waits in place for a server to close the
+ * connections just aborted (an idle nbdkit does so within
+ * milliseconds), and how soon it looks again after that.
+ */
+#define DRAIN_GRACE_NS 200000000ULL
+#define DRAIN_RETRY_NS 200000000ULL
+
+/* Are old connections of l still open after a short grace?  (See
+ * old_connections_open.)
+ */
+static bool
+drain_soon (struct volume *v, struct leg *l, char *err, size_t len)
+{
+  uint64_t deadline = now_ns () + DRAIN_GRACE_NS;
+
+  while (old_connections_open (v, l, err, len)) {
+    if (now_ns () >= deadline)
+      return true;
+    nanosleep (&(struct timespec) { .tv_nsec = 5000000 }, NULL);
+  }
+  return false;
+}
+
 /* Try to bring a failed leg back.  While its server has old
- * connections open, look again every second (not backing off: the leg
- * is wanted as soon as they are closed).  v->lock not held.
+ * connections open, look again at every tick of the monitor (not
+ * backing off: the leg is wanted as soon as they are closed).  v->lock
+ * not held.
  */
 static void
 reconnect (struct volume *v, struct leg *l)
@@ -292,10 +316,10 @@ reconnect (struct volume *v, struct leg *l)
   if (atomic_load (&l->state) != LEG_FAILED)
     return;                     /* removed (or added) meanwhile */
   leg_close (l);
-  if (old_connections_open (v, l, err, sizeof err)) {
+  if (drain_soon (v, l, err, sizeof err)) {
     leg_set_error (l, "%s", err);
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-    l->next_attempt_ns = now_ns () + 1000000000;
+    l->next_attempt_ns = now_ns () + DRAIN_RETRY_NS;
     return;
   }
   verdict = monitor_examine_leg (v, l, err, sizeof err);
