@@ -111,6 +111,9 @@ engine_config_complete (struct volume *v)
     nbdkit_error ("%s", err);
     return -1;
   }
+  /* Before the fork: a path we must not take is refused on the terminal. */
+  if (v->cfg.control && control_check_path (v->cfg.control) == -1)
+    return -1;
   v->nr_legs = config_nr_legs (&v->cfg);
   v->metadata = v->cfg.metadata == METADATA_INTERNAL;
   v->quorum = v->cfg.quorum;
