@@ -7,9 +7,9 @@
  * changes membership may take as long as a leg timeout.  Replies are
  * written blocking (clients are local and read what they asked for).
  *
- * The socket file.  control=PATH must be absent or a stale socket, one
- * nobody listens on (connect is refused: a controller killed with -9
- * left it).  A socket another controller listens on, or anything that
+ * The socket file.  control=PATH (made absolute by engine_config)
+ * must be absent or a stale socket, one nobody listens on (connect is
+ * refused: a controller killed with -9 left it).  A socket another controller listens on, or anything that
  * is not a socket, is refused by name: at .config_complete
  * (control_check_path), so the error reaches the terminal before
  * nbdkit forks, and again when the socket is created in .after_fork
