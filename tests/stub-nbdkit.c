@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The two nbdkit functions the engine uses, for unit tests: errors go
- * to stderr, debug messages only when REPLICATE_TEST_DEBUG is set.
+/* The three nbdkit functions the engine uses, for unit tests: errors
+ * go to stderr, debug messages only when REPLICATE_TEST_DEBUG is set,
+ * and a relative path is made absolute against the working directory
+ * (as nbdkit_absolute_path does).
  */
 
 #include <config.h>
@@ -8,10 +10,13 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <errno.h>
+#include <unistd.h>
 
 void nbdkit_error (const char *fs, ...) __attribute__ ((format (printf, 1, 2)));
 void nbdkit_debug (const char *fs, ...) __attribute__ ((format (printf, 1, 2)));
+char *nbdkit_absolute_path (const char *path);
 
 /* Print an error message on stderr, preserving errno. */
 void
@@ -43,4 +48,33 @@ nbdkit_debug (const char *fs, ...)
   fputc ('\n', stderr);
   va_end (ap);
   errno = e;
+}
+
+/* path made absolute (a new string), or NULL after an error. */
+char *
+nbdkit_absolute_path (const char *path)
+{
+  char *cwd, *r;
+
+  if (path == NULL || *path == '\0') {
+    nbdkit_error ("cannot convert null or empty path to an absolute path");
+    return NULL;
+  }
+  if (*path == '/') {
+    r = strdup (path);
+    if (r == NULL)
+      nbdkit_error ("strdup: %m");
+    return r;
+  }
+  cwd = getcwd (NULL, 0);
+  if (cwd == NULL) {
+    nbdkit_error ("getcwd: %m");
+    return NULL;
+  }
+  if (asprintf (&r, "%s/%s", cwd, path) == -1) {
+    nbdkit_error ("asprintf: %m");
+    r = NULL;
+  }
+  free (cwd);
+  return r;
 }

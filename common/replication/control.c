@@ -6,8 +6,20 @@
  * Requests are handled one at a time, in arrival order; a command that
  * changes membership may take as long as a leg timeout.  Replies are
  * written blocking (clients are local and read what they asked for).
- * The socket file is created with mode 0600 (the controller's owner
- * operates it) and removed at stop.
+ *
+ * The socket file.  control=PATH (made absolute by engine_config)
+ * must be absent or a stale socket, one nobody listens on (connect is
+ * refused: a controller killed with -9 left it).  A socket another controller listens on, or anything that
+ * is not a socket, is refused by name: at .config_complete
+ * (control_check_path), so the error reaches the terminal before
+ * nbdkit forks, and again when the socket is created in .after_fork
+ * (listen_on), since the path may have changed in between.  Only a
+ * stale socket is unlinked.  The socket is created with mode 0600 (the
+ * controller's owner operates it) under a umask, so it is never
+ * reachable by others, and its inode is noted: at stop it is removed
+ * only if it is still ours (the path may have been replaced
+ * meanwhile).  Two controllers starting on the same path at the same
+ * instant can still race between the probe and the bind.
  */
 
 #include <config.h>
@@ -46,6 +58,8 @@ struct client {
 struct control {
   struct volume *v;
   int listen_fd;
+  dev_t dev;                    /* the socket file we created */
+  ino_t ino;
   int stop_fd[2];               /* a pipe: written to stop the thread */
   pthread_t thread;
   struct client *clients[MAX_CLIENTS];
@@ -455,31 +469,132 @@ control_thread (void *arg)
   return NULL;
 }
 
-/* Create the listening socket at path. */
+/* Fill in the address of path.  Returns -1 after an error. */
 static int
-listen_on (const char *path)
+socket_address (const char *path, struct sockaddr_un *addr)
 {
-  struct sockaddr_un addr = { .sun_family = AF_UNIX };
-  int fd;
-
-  if (strlen (path) >= sizeof addr.sun_path) {
+  *addr = (struct sockaddr_un) { .sun_family = AF_UNIX };
+  if (strlen (path) >= sizeof addr->sun_path) {
     nbdkit_error ("control=%s: path too long", path);
     return -1;
   }
-  strcpy (addr.sun_path, path);
+  strcpy (addr->sun_path, path);
+  return 0;
+}
+
+/* What is at control=PATH (see the design note). */
+enum path_state { PATH_ABSENT, PATH_STALE, PATH_REFUSED };
+
+/* Probe path: absent, a stale socket (its inode in *st), or refused
+ * (after an error naming the parameter and the path).
+ */
+static enum path_state
+probe_path (const char *path, struct stat *st)
+{
+  struct sockaddr_un addr;
+  int fd, r, e;
+
+  if (lstat (path, st) == -1) {
+    if (errno == ENOENT)
+      return PATH_ABSENT;
+    nbdkit_error ("control=%s: %m", path);
+    return PATH_REFUSED;
+  }
+  if (!S_ISSOCK (st->st_mode)) {
+    nbdkit_error ("control=%s: exists and is not a socket (it is left "
+                  "alone: remove it or choose another path)", path);
+    return PATH_REFUSED;
+  }
+  if (socket_address (path, &addr) == -1)
+    return PATH_REFUSED;
+  /* Non-blocking: a listener with a full backlog answers EAGAIN. */
+  fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd == -1) {
+    nbdkit_error ("control: socket: %m");
+    return PATH_REFUSED;
+  }
+  r = connect (fd, (struct sockaddr *) &addr, sizeof addr);
+  e = errno;
+  close (fd);
+  if (r == 0 || e == EAGAIN || e == EINPROGRESS) {
+    nbdkit_error ("control=%s: another controller is listening on this "
+                  "socket (stop it or choose another path)", path);
+    return PATH_REFUSED;
+  }
+  if (e == ECONNREFUSED)
+    return PATH_STALE;
+  errno = e;
+  nbdkit_error ("control=%s: cannot tell whether this socket is in use: %m",
+                path);
+  return PATH_REFUSED;
+}
+
+/* Check that control=PATH may be taken (before the fork). */
+int
+control_check_path (const char *path)
+{
+  struct stat st;
+
+  return probe_path (path, &st) == PATH_REFUSED ? -1 : 0;
+}
+
+/* Create the listening socket at path (mode 0600 from the start) and
+ * note its inode in ctl.
+ */
+static int
+listen_on (struct control *ctl, const char *path)
+{
+  struct sockaddr_un addr;
+  struct stat st;
+  mode_t old_mask;
+  int fd, r;
+
+  if (socket_address (path, &addr) == -1)
+    return -1;
+  switch (probe_path (path, &st)) {
+  case PATH_REFUSED:
+    return -1;
+  case PATH_STALE:
+    nbdkit_debug ("control=%s: replacing a stale socket", path);
+    if (unlink (path) == -1 && errno != ENOENT) {
+      nbdkit_error ("control=%s: cannot remove the stale socket: %m", path);
+      return -1;
+    }
+    break;
+  case PATH_ABSENT:
+    break;
+  }
   fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd == -1) {
     nbdkit_error ("control: socket: %m");
     return -1;
   }
-  unlink (path);
-  if (bind (fd, (struct sockaddr *) &addr, sizeof addr) == -1 ||
-      chmod (path, 0600) == -1 || listen (fd, 8) == -1) {
+  old_mask = umask (0177);
+  r = bind (fd, (struct sockaddr *) &addr, sizeof addr);
+  umask (old_mask);
+  if (r == -1 || listen (fd, 8) == -1 || lstat (path, &st) == -1) {
     nbdkit_error ("control=%s: %m", path);
     close (fd);
     return -1;
   }
+  ctl->dev = st.st_dev;
+  ctl->ino = st.st_ino;
   return fd;
+}
+
+/* Remove the socket file at path if it is still the one ctl created. */
+static void
+remove_socket (const struct control *ctl, const char *path)
+{
+  struct stat st;
+
+  if (lstat (path, &st) == -1)
+    nbdkit_debug ("control=%s: already gone: %m", path);
+  else if (!S_ISSOCK (st.st_mode) || st.st_dev != ctl->dev ||
+           st.st_ino != ctl->ino)
+    nbdkit_debug ("control=%s: no longer our socket: left alone", path);
+  else if (unlink (path) == -1)
+    nbdkit_debug ("control=%s: unlink: %m", path);
 }
 
 /* Start the control socket. */
@@ -494,7 +609,7 @@ control_start (struct volume *v)
     return -1;
   }
   ctl->v = v;
-  ctl->listen_fd = listen_on (v->cfg.control);
+  ctl->listen_fd = listen_on (ctl, v->cfg.control);
   if (ctl->listen_fd == -1 || pipe2 (ctl->stop_fd, O_CLOEXEC) == -1) {
     if (ctl->listen_fd != -1)
       close (ctl->listen_fd);
@@ -515,7 +630,7 @@ control_start (struct volume *v)
   return 0;
 }
 
-/* Stop the control socket and remove it. */
+/* Stop the control socket and remove its file if it is still ours. */
 void
 control_stop (struct volume *v)
 {
@@ -533,7 +648,7 @@ control_stop (struct volume *v)
   close (ctl->listen_fd);
   close (ctl->stop_fd[0]);
   close (ctl->stop_fd[1]);
-  unlink (v->cfg.control);
+  remove_socket (ctl, v->cfg.control);
   free (ctl);
   v->control = NULL;
 }

@@ -8,6 +8,12 @@
 
 struct volume;
 
+/* Check that control=PATH is absent or a stale socket (at
+ * .config_complete, before the fork).  Returns 0, or -1 after an error
+ * naming the parameter and the path.
+ */
+extern int control_check_path (const char *path);
+
 /* Listen on control=PATH and serve requests in a thread. */
 extern int control_start (struct volume *v);
 extern void control_stop (struct volume *v);

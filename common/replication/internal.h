@@ -48,11 +48,12 @@
 #include "bitmap.h"
 #include "rangelock.h"
 
-/* The two nbdkit functions the engine uses (stubbed in unit tests). */
+/* The three nbdkit functions the engine uses (stubbed in unit tests). */
 extern void nbdkit_error (const char *fs, ...)
   __attribute__ ((format (printf, 1, 2)));
 extern void nbdkit_debug (const char *fs, ...)
   __attribute__ ((format (printf, 1, 2)));
+extern char *nbdkit_absolute_path (const char *path);
 
 struct al;
 struct resync;
@@ -215,6 +216,7 @@ struct leg {
 struct volume {
   enum engine_shape shape;
   struct config cfg;
+  char *control_path;           /* cfg.control made absolute (owned) */
   const struct local_ops *local_ops;
   void *local_opaque;
 

@@ -75,6 +75,7 @@ engine_free (struct volume *v)
     }
     free (v->bm_seq[i]);
   }
+  free (v->control_path);
   al_free (v->al);
   ublk_free (v->ublk);
   poller_free (v->poller);
@@ -88,13 +89,24 @@ engine_free (struct volume *v)
   free (v);
 }
 
-/* One key=value (see engine.h). */
+/* One key=value (see engine.h).  control=PATH is made absolute here,
+ * before nbdkit forks into the background and changes to "/" (a repeat
+ * is passed on as given, for config_set to refuse).
+ */
 int
 engine_config (struct volume *v, const char *key, const char *value)
 {
   char err[512];
-  int r = config_set (&v->cfg, key, value, err, sizeof err);
+  int r;
 
+  if (strcmp (key, "control") == 0 && value[0] != '\0' &&
+      v->control_path == NULL) {
+    v->control_path = nbdkit_absolute_path (value);
+    if (v->control_path == NULL)
+      return -1;
+    value = v->control_path;
+  }
+  r = config_set (&v->cfg, key, value, err, sizeof err);
   if (r == -1)
     nbdkit_error ("%s", err);
   return r;
@@ -111,6 +123,9 @@ engine_config_complete (struct volume *v)
     nbdkit_error ("%s", err);
     return -1;
   }
+  /* Before the fork: a path we must not take is refused on the terminal. */
+  if (v->cfg.control && control_check_path (v->cfg.control) == -1)
+    return -1;
   v->nr_legs = config_nr_legs (&v->cfg);
   v->metadata = v->cfg.metadata == METADATA_INTERNAL;
   v->quorum = v->cfg.quorum;

@@ -103,6 +103,7 @@ add_store_option (const char *key, const char *value)
     nbdkit_error ("out of memory");
     return -1;
   }
+  nbdkit_debug ("store option %s", p[nr_store_options]);
   nr_store_options++;
   return 0;
 }
@@ -123,6 +124,16 @@ set_once (char **field, const char *key, const char *value)
   return 0;
 }
 
+/* Is key a store option naming a file?  Those are made absolute at
+ * once: nbdkit changes to "/" when it forks into the background, and
+ * the store opens them later (curl at each request).
+ */
+static bool
+is_file_option (const char *key)
+{
+  return strcmp (key, "credentials") == 0 || strcmp (key, "cafile") == 0;
+}
+
 /* One key=value of the command line. */
 static int
 backup_config (const char *key, const char *value)
@@ -136,6 +147,11 @@ backup_config (const char *key, const char *value)
   if (strcmp (key, "cache") == 0) {
     cache_size = nbdkit_parse_size (value);
     return cache_size == -1 ? -1 : 0;
+  }
+  if (is_file_option (key) && value[0] != '\0') {
+    CLEANUP_FREE char *abs = nbdkit_absolute_path (value);
+
+    return abs ? add_store_option (key, abs) : -1;
   }
   if (bs_config_is_key (key))
     return add_store_option (key, value);

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Relative file parameters are made absolute before nbdkit forks into
+# the background (and changes to "/"): a controller started without -f
+# from a directory, with a relative control=PATH, serves its control
+# socket in that directory (nbdrep status answers there); the backup
+# plugin turns relative credentials= and cafile= into absolute paths
+# (its debug log shows the store options it was given).
+
+source ./functions.sh
+set -euo pipefail
+# functions.sh reads unset associative-array members in its cleanup
+# hooks, which set -u would abort.
+set +u
+set -x
+
+requires python3 -c 'import json'
+
+BACKUP_PLUGIN="$abs_top_builddir/plugins/backup/.libs/nbdkit-backup-plugin.so"
+
+# nbdkit as start_controller runs it (with the sanitizer's runtime).
+nbdkit_cmd=("$NBDKIT")
+if [ "$SANITIZER" != no ]; then
+  nbdkit_cmd=(env "LD_PRELOAD=$(_sanitizer_runtime)" "$NBDKIT")
+fi
+
+start_replica 0
+mkdir "$tmpdir/rel"
+# A unique name: without the fix the socket would land in /.
+name=rel-$$-$RANDOM.ctl
+
+# stop_daemon: stop the background nbdkit by the pid in its pidfile,
+# and remove a socket it may have left in / (without the fix).
+stop_daemon ()
+{
+  local pid
+  if pid=$(cat "$tmpdir/rel.pid" 2>/dev/null) && kill -TERM "$pid" 2>/dev/null
+  then
+    wait_until 60 sh -c "! kill -0 $pid 2>/dev/null"
+  fi
+  rm -f "$tmpdir/rel.pid"
+  if [ -S "/$name" ]; then rm -f "/$name"; fi
+}
+cleanup_fn stop_daemon
+
+# --- control=PATH relative, nbdkit in the background (no -f).
+(
+  cd "$tmpdir/rel"
+  "${nbdkit_cmd[@]}" -P "$tmpdir/rel.pid" -U "$tmpdir/rel.sock" \
+    "$PLUGIN" "$r0_uri" control="$name" </dev/null
+)
+wait_for test -s "$tmpdir/rel.pid"
+wait_until 30 test -S "$tmpdir/rel/$name"
+"$NBDREP" status "$tmpdir/rel/$name"
+wait_volume_state 60 "$tmpdir/rel/$name" healthy
+stop_daemon
+test ! -e "$tmpdir/rel/$name"
+
+# --- The backup plugin: credentials= and cafile= made absolute.  The
+# store is unreachable (port 9, no retries), so nbdkit exits with an
+# error after the parameters are taken.
+rc=0
+(
+  cd "$tmpdir/rel"
+  timeout -k 5 60 "${nbdkit_cmd[@]}" -f -v -U "$tmpdir/backup.sock" \
+    "$BACKUP_PLUGIN" target=http://127.0.0.1:9/x name=n \
+    credentials=rel.netrc cafile=rel.pem retries=0 --run true \
+    </dev/null >"$tmpdir/backup.log" 2>&1
+) || rc=$?
+cat "$tmpdir/backup.log"
+test "$rc" -ne 0
+grep -qF "store option credentials=$tmpdir/rel/rel.netrc" "$tmpdir/backup.log"
+grep -qF "store option cafile=$tmpdir/rel/rel.pem" "$tmpdir/backup.log"
