@@ -527,11 +527,13 @@ write_pages (struct volume *v, uint16_t legs, size_t n,
       struct leg_cmd cmd = {
         .op = OP_WRITE, .buf = buf, .count = META_BLOCK,
         .flags = ENGINE_FLAG_FUA,
-        .offset = md_bm_offset (&v->layout, l->caps.size, slots[k],
-                                pages[k], v->bm_seq[slots[k]][pages[k]] % 2),
       };
-      if (legs & (1u << i))
-        ioreq_submit (&r[k], l, &cmd);
+      /* Only legs in legs: another's caps change as it reconnects. */
+      if (!(legs & (1u << i)))
+        continue;
+      cmd.offset = md_bm_offset (&v->layout, l->caps.size, slots[k],
+                                 pages[k], v->bm_seq[slots[k]][pages[k]] % 2);
+      ioreq_submit (&r[k], l, &cmd);
     }
   }
   for (k = 0; k < n; ++k) {
