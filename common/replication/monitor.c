@@ -20,6 +20,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -301,6 +302,27 @@ drain_soon (struct volume *v, struct leg *l, char *err, size_t len)
   return false;
 }
 
+/* Say in the leg's last_error, after why it failed, what it waits for
+ * (why), and look again soon.
+ */
+static void
+note_draining (struct volume *v, struct leg *l, const char *why)
+{
+  char msg[2 * sizeof l->last_error + 8], *mark;
+  size_t n;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+
+  mark = strstr (l->last_error, "; then ");
+  snprintf (msg, sizeof msg, "%.*s; then %s",
+            (int) (mark ? mark - l->last_error : (ptrdiff_t) strlen (l->last_error)),
+            l->last_error, why);
+  n = strlen (msg) < sizeof l->last_error ? strlen (msg)
+    : sizeof l->last_error - 1;
+  memcpy (l->last_error, msg, n);
+  l->last_error[n] = '\0';
+  l->next_attempt_ns = now_ns () + DRAIN_RETRY_NS;
+}
+
 /* Try to bring a failed leg back.  While its server has old
  * connections open, look again at every tick of the monitor (not
  * backing off: the leg is wanted as soon as they are closed).  v->lock
@@ -317,9 +339,7 @@ reconnect (struct volume *v, struct leg *l)
     return;                     /* removed (or added) meanwhile */
   leg_close (l);
   if (drain_soon (v, l, err, sizeof err)) {
-    leg_set_error (l, "%s", err);
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-    l->next_attempt_ns = now_ns () + DRAIN_RETRY_NS;
+    note_draining (v, l, err);
     return;
   }
   verdict = monitor_examine_leg (v, l, err, sizeof err);
