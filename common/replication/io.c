@@ -139,6 +139,25 @@ keep_one_leg (struct volume *v, const struct ioreq *r, uint16_t legs,
   return 0;
 }
 
+/* A write that no uptodate leg took was taken by syncing legs (took):
+ * they may now hold data that no uptodate leg holds, in a range their
+ * resync has copied already.  They are failed too, while the range is
+ * still hot in the activity log (the caller holds its extents), so
+ * their bitmaps get it and their next resync copies it again from an
+ * uptodate leg.
+ */
+static void
+fail_lone_takers (struct volume *v, const struct ioreq *r, uint16_t took)
+{
+  unsigned i;
+
+  for (; took != 0; took &= took - 1) {
+    i = (unsigned) __builtin_ctz (took);
+    volume_fail_leg (v, &v->legs[i], r->epoch[i],
+                     "took a write that no uptodate leg took");
+  }
+}
+
 /* Judge the answers of a write-like request (what: "write", "flush")
  * sent to `legs`, failing the legs that must fail.  Returns 0 or an
  * errno for the client.
@@ -188,6 +207,8 @@ io_judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
   }
   if (first_err == 0)
     first_err = ioreq_leg_error (r, (unsigned) __builtin_ctz (legs));
+  if ((took & uptodate) == 0)
+    fail_lone_takers (v, r, took);
   took &= uptodate;
   *counted = took;
   if (io_is_quorum (v, took & MB_UPTODATE (membership_load (v))))
