@@ -932,6 +932,13 @@ class Campaign:
                 self.restart_replica(i)
         self.drain_holds()
         for attempt in range(3):
+            # A replica may have died meanwhile: stock nbdkit sometimes
+            # aborts (raw_send_socket: Assertion `sock >= 0') when the
+            # controller it served is killed, or a failed start dropped it.
+            self.reap_replicas()
+            for i in self.leg_servers():
+                if not self.replicas[i].alive():
+                    self.restart_replica(i)
             ok = self.start_controller()
             self.act('start controller: %s' % ('ok' if ok else 'FAILED'))
             if ok:
@@ -1026,6 +1033,11 @@ class Campaign:
         if not self.ctl_server.alive() and not self.killed_ctl:
             self.controller_died()
             self.ensure_controller()
+        self.reap_replicas()
+
+    def reap_replicas(self):
+        """Restart every replica that exited by itself (an exit rule, or
+        a crash of stock nbdkit), counting it."""
         for i in self.leg_servers():
             r = self.replicas[i]
             if r.proc is not None and not r.alive() and i not in self.expected_dead:
