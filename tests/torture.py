@@ -651,8 +651,29 @@ class Campaign:
         return range(3) if self.cfg.shape == 'plugin' else (1, 2)
 
     def start_controller(self):
-        ok = self.ctl_server.start(timeout=90,
-                                   extra_wait=lambda: os.path.exists(self.ctl))
+        # Started means the engine says so in this launch's log: in the
+        # filter shape the engine starts in .after_fork, after nbdkit has
+        # written its pidfile and bound its socket, so a start that fails
+        # (a leg lost during crash recovery, say) is an exit after those
+        # appeared: a refused start, to be retried, not a crash.
+        log = self.ctl_server.log
+        try:
+            since = os.path.getsize(log)
+        except OSError:
+            since = 0
+
+        def started():
+            if not os.path.exists(self.ctl):
+                return False
+            try:
+                with open(log, 'rb') as f:
+                    f.seek(since)
+                    text = f.read()
+            except OSError:
+                return False
+            return re.search(rb'debug: volume (started|created) at generation',
+                             text) is not None
+        ok = self.ctl_server.start(timeout=90, extra_wait=started)
         if ok:
             self.killed_ctl = False
         return ok
