@@ -136,8 +136,9 @@ judge_returning_leg (struct volume *v, struct leg *l, char *why, size_t len)
 }
 
 /* Is a leg being brought back still failed?  The operator may have
- * removed it meanwhile (nbdrep remove does not wait for the monitor);
- * then it stays removed.  v->lock held.
+ * removed it between the monitor's look at it and the taking of its
+ * life_lock; then it stays removed.  v->lock or the leg's life_lock
+ * held.
  */
 static bool
 still_failed (const struct leg *l)
@@ -335,7 +336,7 @@ reconnect (struct volume *v, struct leg *l)
   enum verdict verdict;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->life_lock);
 
-  if (atomic_load (&l->state) != LEG_FAILED)
+  if (!still_failed (l))
     return;                     /* removed (or added) meanwhile */
   leg_close (l);
   if (drain_soon (v, l, err, sizeof err)) {
@@ -356,7 +357,7 @@ reconnect (struct volume *v, struct leg *l)
   default:
     if (monitor_apply_verdict (v, l, verdict) == -1) {
       leg_close (l);
-      if (atomic_load (&l->state) == LEG_FAILED)   /* not removed meanwhile */
+      if (still_failed (l))
         reconnect_failed (v, l, "cannot write its metadata", false);
     }
   }
