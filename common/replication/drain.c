@@ -28,7 +28,10 @@
  *     workers are done, so it does not count as drained;
  *   - anything else, or sock_diag missing: never drained.
  * A server that never closes keeps the leg out until it is restarted
- * (its sockets close with it); the leg's last_error says so.
+ * (its sockets close with it); the leg's last_error says so.  A kernel
+ * without unix_diag (a module, loaded on the first query where
+ * modprobe can find it) keeps a Unix-socket leg out for good: its
+ * last_error names the module.
  *
  * Locking: the leg's list is under conns_lock (a leaf).
  */
@@ -112,8 +115,10 @@ unix_peer_inode (ino_t ino, uint32_t *peer)
   return r;
 }
 
-/* Has the server closed its end of our (shut down) socket fd? */
-static bool
+/* Has the server closed its end of our (shut down) socket fd?  Returns
+ * 1 if it has, 0 if not, -1 if the kernel cannot say (no unix_diag).
+ */
+static int
 peer_closed (int fd)
 {
   int domain;
@@ -123,19 +128,20 @@ peer_closed (int fd)
   struct tcp_info ti;
 
   if (getsockopt (fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == -1)
-    return false;
+    return 0;
   switch (domain) {
   case AF_UNIX:
-    return fstat (fd, &st) == 0 && unix_peer_inode (st.st_ino, &peer) == 0 &&
-      peer == 0;
+    if (fstat (fd, &st) == -1 || unix_peer_inode (st.st_ino, &peer) == -1)
+      return -1;
+    return peer == 0;
   case AF_INET:
   case AF_INET6:
     len = sizeof ti;
     if (getsockopt (fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == -1)
-      return false;
+      return 0;
     return ti.tcpi_state == TCP_TIME_WAIT || ti.tcpi_state == TCP_CLOSING;
   default:
-    return false;
+    return 0;
   }
 }
 
@@ -167,21 +173,26 @@ drain_adopt (struct leg *l, int fd)
 }
 
 /* Forget the sockets whose server has closed them; return how many are
- * left, and since when the oldest has been waited for (*since_ns).
+ * left, since when the oldest has been waited for (*since_ns), and how
+ * many of them the kernel cannot tell about (*blind).
  */
 size_t
-drain_pending (struct leg *l, uint64_t *since_ns)
+drain_pending (struct leg *l, uint64_t *since_ns, size_t *blind)
 {
   size_t i = 0;
+  int closed;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->conns_lock);
 
+  *blind = 0;
   while (i < l->nr_drain) {
-    if (peer_closed (l->drain_fds[i])) {
+    closed = peer_closed (l->drain_fds[i]);
+    if (closed == 1) {
       close (l->drain_fds[i]);
       l->drain_fds[i] = l->drain_fds[--l->nr_drain];
+      continue;
     }
-    else
-      i++;
+    *blind += closed == -1;
+    i++;
   }
   *since_ns = l->drain_since_ns;
   return l->nr_drain + l->drain_untracked;

@@ -380,7 +380,8 @@ extern void conn_close (struct conn *c);
 
 /* drain.c: sockets kept until the server has closed them. */
 extern void drain_adopt (struct leg *l, int fd);
-extern size_t drain_pending (struct leg *l, uint64_t *since_ns);
+extern size_t drain_pending (struct leg *l, uint64_t *since_ns,
+                             size_t *blind);
 extern void drain_free (struct leg *l);
 
 /* poller.c */

@@ -191,25 +191,32 @@ static bool
 old_connections_open (struct volume *v, struct leg *l, char *err, size_t len)
 {
   uint64_t since = 0, s;
-  size_t i, k, n = 0;
+  size_t i, k, b, n = 0, blind = 0;
 
   for (i = 0; i < v->nr_legs; ++i) {
     struct leg *o = &v->legs[i];
     if (o != l && (o->uri == NULL || l->uri == NULL ||
                    strcmp (o->uri, l->uri) != 0))
       continue;
-    k = drain_pending (o, &s);
+    k = drain_pending (o, &s, &b);
     if (k > 0 && (n == 0 || s < since))
       since = s;
     n += k;
+    blind += b;
   }
   if (n == 0)
     return false;
-  snprintf (err, len, "waiting %.0fs so far for the server to close %zu "
-            "aborted connection%s (writes sent on %s may still land): the "
-            "leg is not used until it does (restart the server if it "
-            "never will)", (double) (now_ns () - since) / 1e9, n,
-            n == 1 ? "" : "s", n == 1 ? "it" : "them");
+  if (blind > 0)
+    snprintf (err, len, "cannot tell whether the server has closed %zu "
+              "aborted connection%s: this kernel does not answer sock_diag "
+              "for Unix sockets (modprobe unix_diag); the leg is not used "
+              "until it can", blind, blind == 1 ? "" : "s");
+  else
+    snprintf (err, len, "waiting %.0fs so far for the server to close %zu "
+              "aborted connection%s (writes sent on %s may still land): "
+              "the leg is not used until it does (restart the server if "
+              "it never will)", (double) (now_ns () - since) / 1e9, n,
+              n == 1 ? "" : "s", n == 1 ? "it" : "them");
   return true;
 }
 

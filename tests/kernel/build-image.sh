@@ -35,7 +35,7 @@
 #   kernel-KVER/    vmlinux (the ELF kernel, booted through its PVH entry
 #                   point: no firmware, no decompression in the guest) or
 #                   bzImage when the kernel has no PVH entry, modules.cpio
-#                   (nbd, ext4, loop, ublk_drv and their dependencies,
+#                   (MODULES below and their dependencies,
 #                   uncompressed, with a modules.dep for busybox modprobe);
 #   NAME.kernel     the KVER that NAME resolved to.
 # The project's own files (the plugin, nbdrep, the guest scripts) are not
@@ -67,8 +67,11 @@ REQUIRED_PROGRAMS="bash nbdkit nbdinfo nbdcopy nbd-client mke2fs mkfs.ext4
 OPTIONAL_PROGRAMS="nbddump strace"
 # Kernel modules put in the image (with their dependencies), and those
 # /init loads at boot; tests modprobe the others.  crc32c_generic is what
-# ext4 asks for ("crypto-crc32c") when it mounts.
-MODULES="nbd ext4 loop ublk_drv crc32c_generic"
+# ext4 asks for ("crypto-crc32c") when it mounts.  unix_diag and
+# tcp_diag answer the controller's sock_diag queries about an aborted
+# connection's socket (common/replication/drain.c); the kernel loads
+# them on the first query, as on a full system.
+MODULES="nbd ext4 loop ublk_drv crc32c_generic unix_diag tcp_diag"
 BOOT_MODULES="crc32c_generic ext4 nbd loop"
 
 # Print an error and exit 1.
@@ -243,7 +246,8 @@ build_kernel ()
   esac
   kver=${pkg#linux-image-}
   kdir=$cache/kernel-$kver
-  if [ -s "$kdir/modules.cpio" ] && { [ -s "$kdir/vmlinux" ] || [ -s "$kdir/bzImage" ]; }; then
+  if [ -s "$kdir/modules.cpio" ] && { [ -s "$kdir/vmlinux" ] || [ -s "$kdir/bzImage" ]; } &&
+     [ "$(cat "$kdir/modules.list" 2>/dev/null)" = "$MODULES" ]; then
     echo "$kver" >"$cache/${kernel##*/}.kernel"
     say "kernel $kver is up to date in $kdir"
     return 0
@@ -278,6 +282,7 @@ build_kernel ()
     cp "$pkgroot/boot/vmlinuz-$kver" "$kdir/bzImage"
   fi
   build_modules "$pkgroot" "$kver" "$kdir/modules.cpio"
+  echo "$MODULES" >"$kdir/modules.list"
   rm -rf "$pkgroot"
   echo "$kver" >"$cache/${kernel##*/}.kernel"
   say "kernel $kver built in $kdir ($(grep -E '^CONFIG_BLK_DEV_(NBD|UBLK)=' "$kdir/config" | tr '\n' ' '))"

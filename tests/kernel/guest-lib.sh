@@ -180,6 +180,13 @@ leg_state ()
   status_get ".legs[] | select(.index == $1) | .state"
 }
 
+# leg_report I: print leg I's state and, if it has one, its last error
+# (why a leg is not back: what a failure message must say).
+leg_report ()
+{
+  status_get ".legs[] | select(.index == $1) | \"\\(.state) \\(.last_error // \"\")\""
+}
+
 # volume_state: print the volume's state word.
 volume_state ()
 {
@@ -256,7 +263,7 @@ workload_with_leg_kill ()
   cat /tmp/workload.out
   [ "$rc" -eq 0 ] || fail "the workload failed with status $rc"
   note "workload done; waiting for leg $leg to be uptodate"
-  wait_until 600 leg_is "$leg" uptodate || fail "leg $leg is $(leg_state "$leg"), not uptodate"
+  wait_until 600 leg_is "$leg" uptodate || fail "leg $leg is $(leg_report "$leg"), not uptodate"
   wait_until 60 volume_is healthy || fail "the volume is $(volume_state), not healthy"
   resync_kind=$(status_get ".legs[] | select(.index == $leg) | .last_resync.kind")
   resync_bytes=$(status_get ".legs[] | select(.index == $leg) | .last_resync.bytes")
@@ -344,7 +351,8 @@ compare_legs ()
 stop_controller ()
 {
   controller_alive
-  wait_until 600 volume_is healthy || fail "the volume is $(volume_state), not healthy"
+  wait_until 600 volume_is healthy ||
+    fail "the volume is $(volume_state), not healthy: $(status_get '[.legs[] | "leg \(.index) \(.state) \(.last_error // "")"] | join("; ")')"
   status >/tmp/status.json
   stop_server c
 }
