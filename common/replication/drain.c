@@ -145,6 +145,28 @@ peer_closed (int fd)
   }
 }
 
+/* Warn, at start, if this kernel cannot say when the server of an
+ * aborted Unix connection has closed it: such a leg would never come
+ * back (see above).  Asked of a socket pair of our own.
+ */
+void
+drain_check_kernel (void)
+{
+  int sv[2];
+  struct stat st;
+  uint32_t peer;
+
+  if (socketpair (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == -1)
+    return;
+  if (fstat (sv[0], &st) == 0 && unix_peer_inode (st.st_ino, &peer) == -1)
+    nbdkit_error ("warning: this kernel does not answer sock_diag for Unix "
+                  "sockets (modprobe unix_diag): a leg on a Unix socket "
+                  "whose connection is aborted will not be used again "
+                  "until it does");
+  close (sv[0]);
+  close (sv[1]);
+}
+
 /* Keep fd, the socket of an aborted connection of l, until its server
  * has closed it.  Takes ownership of fd.
  */

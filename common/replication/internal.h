@@ -379,6 +379,7 @@ extern void conn_shutdown (struct conn *c);
 extern void conn_close (struct conn *c);
 
 /* drain.c: sockets kept until the server has closed them. */
+extern void drain_check_kernel (void);
 extern void drain_adopt (struct leg *l, int fd);
 extern size_t drain_pending (struct leg *l, uint64_t *since_ns,
                              size_t *blind);

@@ -126,6 +126,7 @@ engine_config_complete (struct volume *v)
   /* Before the fork: a path we must not take is refused on the terminal. */
   if (v->cfg.control && control_check_path (v->cfg.control) == -1)
     return -1;
+  drain_check_kernel ();
   v->nr_legs = config_nr_legs (&v->cfg);
   v->metadata = v->cfg.metadata == METADATA_INTERNAL;
   v->quorum = v->cfg.quorum;
