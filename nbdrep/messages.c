@@ -161,7 +161,7 @@ parse_index (const struct subcommand *cmd, const char *what, const char *str)
   return (unsigned) strtoul (str, NULL, 10);
 }
 
-/* Parse a size: bytes or a number with a K, M, G ... suffix. */
+/* Parse a size as nbdkit does: bytes or a number with a suffix. */
 uint64_t
 parse_size_arg (const struct subcommand *cmd, const char *what,
                 const char *str)
@@ -170,7 +170,7 @@ parse_size_arg (const struct subcommand *cmd, const char *what,
 
   if (config_parse_size (str, &r) == -1)
     usage_error (cmd, "%s '%s' is not a size (bytes, or a number with a "
-                 "K, M, G, T, P or E suffix; 0 = unlimited)", what, str);
+                 "b, s, K, M, G, T, P or E suffix; 0 = unlimited)", what, str);
   return r;
 }
 

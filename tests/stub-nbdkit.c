@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The three nbdkit functions the engine uses, for unit tests: errors
- * go to stderr, debug messages only when REPLICATE_TEST_DEBUG is set,
- * and a relative path is made absolute against the working directory
- * (as nbdkit_absolute_path does).
+/* The nbdkit functions the engine uses, for unit tests: errors go to
+ * stderr, debug messages only when REPLICATE_TEST_DEBUG is set, a
+ * relative path is made absolute against the working directory (as
+ * nbdkit_absolute_path does), and sizes and booleans are parsed in
+ * nbdkit's grammar (common/utils/grammar.c).
  */
 
 #include <config.h>
@@ -12,11 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <stdint.h>
 #include <unistd.h>
+
+#include "grammar.h"
 
 void nbdkit_error (const char *fs, ...) __attribute__ ((format (printf, 1, 2)));
 void nbdkit_debug (const char *fs, ...) __attribute__ ((format (printf, 1, 2)));
 char *nbdkit_absolute_path (const char *path);
+int64_t nbdkit_parse_size (const char *str);
+int nbdkit_parse_bool (const char *str);
 
 /* Print an error message on stderr, preserving errno. */
 void
@@ -77,4 +83,28 @@ nbdkit_absolute_path (const char *path)
   }
   free (cwd);
   return r;
+}
+
+/* A size in nbdkit's grammar, or -1 after an error. */
+int64_t
+nbdkit_parse_size (const char *str)
+{
+  uint64_t r;
+
+  if (grammar_parse_size (str, &r) == -1) {
+    nbdkit_error ("could not parse size string (%s)", str);
+    return -1;
+  }
+  return (int64_t) r;
+}
+
+/* A boolean in nbdkit's grammar, or -1 after an error. */
+int
+nbdkit_parse_bool (const char *str)
+{
+  int b = grammar_parse_bool (str);
+
+  if (b == -1)
+    nbdkit_error ("could not decipher boolean (%s)", str);
+  return b;
 }

@@ -14,9 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "cleanup.h"
+#include "grammar.h"
 #include "internal.h"
 
 #define DEFAULT_CONNECTIONS 8
@@ -208,26 +208,18 @@ parse_seconds (const char *key, const char *value, double *out)
   return 0;
 }
 
-/* Parse a boolean: true/false, yes/no, on/off, 1/0. */
+/* Parse a boolean as nbdkit does (1/0, true/false, yes/no, on/off ...). */
 static int
 parse_bool (const char *key, const char *value, bool *out)
 {
-  static const char *const yes[] = { "true", "yes", "on", "1" };
-  static const char *const no[] = { "false", "no", "off", "0" };
-  size_t i;
+  int b = grammar_parse_bool (value);
 
-  for (i = 0; i < sizeof yes / sizeof yes[0]; ++i) {
-    if (strcasecmp (value, yes[i]) == 0) {
-      *out = true;
-      return 0;
-    }
-    if (strcasecmp (value, no[i]) == 0) {
-      *out = false;
-      return 0;
-    }
+  if (b == -1) {
+    nbdkit_error ("%s=%s: not a boolean", key, value);
+    return -1;
   }
-  nbdkit_error ("%s=%s: not a boolean", key, value);
-  return -1;
+  *out = b;
+  return 0;
 }
 
 /* The string field of option key, or NULL if it is not a string

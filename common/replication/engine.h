@@ -7,9 +7,9 @@
  * stops it (engine_stop).  Everything else (legs, metadata, resync,
  * control socket) lives behind this header.
  *
- * The engine uses only nbdkit_error, nbdkit_debug and
- * nbdkit_absolute_path from nbdkit, so it links into unit tests with
- * those three stubbed.  The filter's leg 0
+ * The engine uses only nbdkit_error, nbdkit_debug,
+ * nbdkit_absolute_path, nbdkit_parse_size and nbdkit_parse_bool from
+ * nbdkit, so it links into unit tests with those stubbed.  The filter's leg 0
  * (the plugin underneath) is reached through struct local_ops, which
  * the filter glue implements on top of nbdkit's next/context API.
  *

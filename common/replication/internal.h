@@ -48,12 +48,14 @@
 #include "bitmap.h"
 #include "rangelock.h"
 
-/* The three nbdkit functions the engine uses (stubbed in unit tests). */
+/* The nbdkit functions the engine uses (stubbed in unit tests). */
 extern void nbdkit_error (const char *fs, ...)
   __attribute__ ((format (printf, 1, 2)));
 extern void nbdkit_debug (const char *fs, ...)
   __attribute__ ((format (printf, 1, 2)));
 extern char *nbdkit_absolute_path (const char *path);
+extern int64_t nbdkit_parse_size (const char *str);
+extern int nbdkit_parse_bool (const char *str);
 
 struct al;
 struct resync;

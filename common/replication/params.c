@@ -33,6 +33,7 @@
 #include "params.h"
 #include "params-text.h"
 #include "meta.h"
+#include "grammar.h"
 
 #define CONNECTIONS_MAX 64
 #define CHUNK_MIN 4096
@@ -176,31 +177,28 @@ set_int (const char *key, const char *value, int max, int *dst,
   return 0;
 }
 
-/* Parse a size: digits, an optional K/M/G/T/P/E (binary), "B" or "iB". */
+/* The parsers of sizes and booleans: nbdkit's own once the plugin or
+ * filter has called config_use_parsers (.load), the same grammar from
+ * common/utils/grammar.c before that and outside nbdkit.  Set once,
+ * before any parameter is parsed.
+ */
+static int (*size_parser) (const char *str, uint64_t *r) = grammar_parse_size;
+static int (*bool_parser) (const char *str) = grammar_parse_bool;
+
+/* Parse sizes and booleans with these from now on. */
+void
+config_use_parsers (int (*size) (const char *str, uint64_t *r),
+                    int (*boolean) (const char *str))
+{
+  size_parser = size;
+  bool_parser = boolean;
+}
+
+/* Parse a size in nbdkit's grammar. */
 int
 config_parse_size (const char *str, uint64_t *r)
 {
-  static const char units[] = "kKmMgGtTpPeE";
-  size_t digits = strspn (str, DIGITS);
-  const char *p = str + digits;
-  const char *unit;
-  unsigned shift = 0;
-  uint64_t n;
-
-  if (text_parse_digits (str, digits, &n) == -1)
-    return -1;
-  if (*p != '\0' && (unit = strchr (units, *p)) != NULL) {
-    shift = 10 * ((unit - units) / 2 + 1);
-    p++;
-    if (strcasecmp (p, "ib") == 0)
-      p += 2;
-  }
-  if (strcasecmp (p, "b") == 0)
-    p++;
-  if (*p != '\0' || n > UINT64_MAX >> shift)
-    return -1;
-  *r = n << shift;
-  return 0;
+  return size_parser (str, r);
 }
 
 /* Set a uint64_t field from a size. */
@@ -210,8 +208,8 @@ set_size (const char *key, const char *value, uint64_t *dst,
 {
   if (config_parse_size (value, dst) == -1)
     return msg_bad_value (err, errlen, key, value,
-                          "not a size (bytes, or a number with a K, M, G, T, "
-                          "P or E suffix)");
+                          "not a size (bytes, or a number with a b, s, K, M, "
+                          "G, T, P or E suffix)");
   return 0;
 }
 
@@ -301,24 +299,18 @@ parse_choice (const char *key, const char *value, const char *const *names,
   return -1;
 }
 
-/* Set a bool field from 1/0, true/false, yes/no or on/off. */
+/* Set a bool field from 1/0, true/false, yes/no, on/off ... */
 static int
 set_bool (const char *key, const char *value, bool *dst,
           char *err, size_t errlen)
 {
-  static const char *const spellings[][2] = {
-    { "0", "1" }, { "false", "true" }, { "no", "yes" }, { "off", "on" },
-  };
-  size_t i, v;
+  int b = bool_parser (value);
 
-  for (i = 0; i < ARRAY_SIZE (spellings); i++)
-    for (v = 0; v < 2; v++)
-      if (strcasecmp (value, spellings[i][v]) == 0) {
-        *dst = v;
-        return 0;
-      }
-  return msg_bad_value (err, errlen, key, value,
-                        "must be 1/0, true/false, yes/no or on/off");
+  if (b == -1)
+    return msg_bad_value (err, errlen, key, value,
+                          "must be 1/0, true/false, yes/no or on/off");
+  *dst = b;
+  return 0;
 }
 
 /* Set control=PATH: non-empty, short enough for a Unix socket. */

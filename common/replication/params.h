@@ -85,10 +85,17 @@ extern int config_check_uri (const char *uri, char *err, size_t errlen);
 /* Do two URIs name the same leg (same server and export)? */
 extern bool config_same_leg (const char *a, const char *b);
 
-/* Parse a human size (512, 64K, 4M, 1G ... 1E; case-insensitive,
- * optional trailing "B" or "iB").  Returns 0 or -1.
+/* Parse a size as nbdkit does (512, 64K, 4M, 1G ... 7E, 8s; see
+ * common/utils/grammar.h).  Returns 0 or -1.
  */
 extern int config_parse_size (const char *str, uint64_t *r);
+
+/* Parse sizes and booleans with these (nbdkit's own, wrapped, in the
+ * plugin and filter) instead of common/utils/grammar.c.  size returns
+ * 0 or -1, boolean 1, 0 or -1.
+ */
+extern void config_use_parsers (int (*size) (const char *str, uint64_t *r),
+                                int (*boolean) (const char *str));
 
 /* Parse seconds (non-negative, decimals allowed).  Returns 0 or -1. */
 extern int config_parse_seconds (const char *str, double *r);

@@ -32,6 +32,18 @@ const char *engine_config_help = CONFIG_HELP;
 /* Granules of the range lock: many buckets keep unrelated writes apart. */
 #define RANGELOCK_BUCKETS 1024
 
+/* nbdkit_parse_size, in the form config_use_parsers takes. */
+static int
+nbdkit_size (const char *str, uint64_t *r)
+{
+  int64_t n = nbdkit_parse_size (str);
+
+  if (n == -1)
+    return -1;
+  *r = (uint64_t) n;
+  return 0;
+}
+
 /* Create an engine for one volume. */
 struct volume *
 engine_new (enum engine_shape shape)
@@ -43,6 +55,7 @@ engine_new (enum engine_shape shape)
     return NULL;
   }
   v->shape = shape;
+  config_use_parsers (nbdkit_size, nbdkit_parse_bool);
   config_init (&v->cfg, shape == SHAPE_FILTER);
   volume_lock_init (v);
   pthread_cond_init (&v->cond, NULL);
