@@ -345,6 +345,45 @@ compare_legs ()
     fail "the legs differ; the last status was: $(jq -c '{volume: (.volume | {state, generation}), legs: [.legs[] | {index, state, last_resync, errors, last_error}]}' /tmp/status.json)"
 }
 
+# refused_write_check DEV: a write the controller refuses must fail with
+# EIO and change nothing.  1 MiB of old data is written at 64 MiB;
+# replicas 1 and 2 are killed, which leaves the volume readonly (writes
+# fail with EIO below quorum); sixteen 64 KiB O_DIRECT writes of new data
+# there must fail with EIO, not succeed and not time out; once the
+# replicas are back and resynced the 1 MiB reads back as the old data,
+# unshifted.  nbdublk up to 1.22 completes a failed request with a
+# positive errno, which the kernel takes for a count of bytes done: the
+# write is retried at the same sector and ends as EINVAL or as a
+# success, and data read back after such errors can be shifted; this
+# check fails on such an nbdublk.  The controller must run with
+# quorum=2 and three legs, and the check writes to the raw device: run
+# it after the file system checks.
+refused_write_check ()
+{
+  local dev=$1 bs=$(( 64 * 1024 )) seek=1024 out rc=0
+  head -c $(( 16 * bs )) /dev/urandom >/tmp/old
+  head -c $(( 16 * bs )) /dev/urandom >/tmp/new
+  dd if=/tmp/old of="$dev" bs="$bs" seek="$seek" count=16 oflag=direct \
+     conv=notrunc status=none || fail "cannot write the old data to $dev"
+  kill_replica 1
+  kill_replica 2
+  wait_until 30 volume_is readonly || fail "the volume is $(volume_state), not readonly"
+  out=$(timeout 300 dd if=/tmp/new of="$dev" bs="$bs" seek="$seek" count=16 \
+        oflag=direct conv=notrunc 2>&1) || rc=$?
+  [ "$rc" -ne 124 ] || fail "a write the controller refused had not failed after 300 s"
+  [ "$rc" -ne 0 ] || fail "writes the controller refused were reported written: $out"
+  grep -q 'Input/output error' <<<"$out" ||
+    fail "a write the controller refused did not fail with EIO: $out"
+  restart_replica 1
+  restart_replica 2
+  wait_until 300 volume_is healthy || fail "the volume is $(volume_state), not healthy"
+  dd if="$dev" of=/tmp/back bs="$bs" skip="$seek" count=16 iflag=direct status=none ||
+    fail "cannot read back the old data from $dev"
+  cmp /tmp/old /tmp/back ||
+    fail "a refused write changed the data (or it reads back shifted)"
+  note "a refused write failed with EIO and changed nothing"
+}
+
 # stop_controller: wait until every leg is uptodate (a leg that timed
 # out under load is back and resynced), save the status to
 # /tmp/status.json, then stop the controller.

@@ -6,12 +6,13 @@
 # The kernel's nbd driver over the controller (DESIGN.md section 11), in
 # the VM of vm-run.sh (Debian's kernel, which has nbd.ko): three file
 # replicas on tmpfs, the controller (plugin shape, control socket,
-# timeout=10: an emulated CPU on a busy host stalls for seconds),
+# quorum=2, timeout=10: an emulated CPU on a busy host stalls for seconds),
 # `nbd-client -C 4 -b 4096` over a Unix socket, ext4, and the
 # shared scenario of guest-lib.sh: the file workload with leg 1 killed
 # (SIGKILL) and restarted under it, an incremental resync, no error in the
 # kernel log or ext4, every file as written after a remount, git fsck,
-# e2fsck -n.  Then fio on /dev/nbd0 for numbers, disconnect, a clean stop
+# e2fsck -n.  Then fio on /dev/nbd0 for numbers, a write the controller
+# refuses (refused_write_check), disconnect, a clean stop
 # of the controller and the legs' data areas byte-identical.
 
 source /test/guest-lib.sh
@@ -19,7 +20,7 @@ source /test/guest-lib.sh
 start=$SECONDS
 for i in 0 1 2; do start_replica "$i" 256M; done
 start_controller "$PLUGIN" "$(leg_uri 0)" "$(leg_uri 1)" "$(leg_uri 2)" \
-  control="$CTL" timeout=10
+  control="$CTL" timeout=10 quorum=2
 size=$(nbdinfo --size 'nbd+unix:///?socket=/tmp/c.sock')
 note "controller up: $size bytes, $(status_get '.volume.legs') legs"
 
@@ -40,6 +41,7 @@ note "file system checked; fio on /dev/nbd0"
 fio=$(fio_numbers /dev/nbd0)
 echo "$fio"
 check_kernel_log >/dev/null
+refused_write_check /dev/nbd0
 nbd-client -d /dev/nbd0
 stop_controller
 compare_legs "$size" 3

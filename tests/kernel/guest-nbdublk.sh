@@ -15,13 +15,14 @@
 # durable before it is acknowledged.  It must also advertise multi-conn
 # (for more than one queue) and a power-of-two maximum block size (or
 # nbdublk refuses to start).  Three file replicas on tmpfs, the
-# controller (plugin shape, control socket, timeout=10: an emulated CPU
-# on a busy host stalls for seconds), `nbdublk -C N /dev/ublkb0 URI`
+# controller (plugin shape, control socket, quorum=2, timeout=10: an
+# emulated CPU on a busy host stalls for seconds), `nbdublk -C N /dev/ublkb0 URI`
 # (N = min(4, CPUs)), ext4, and the shared scenario of guest-lib.sh: the file workload with leg 1 killed and restarted under
 # it, an incremental resync, no error in the kernel log or ext4, every
 # file as written after a remount, git fsck, e2fsck -n; fio for numbers;
-# nbdublk stopped (SIGTERM deletes the device), a clean stop of the
-# controller and the legs' data areas byte-identical.
+# then the error path (refused_write_check); nbdublk stopped (SIGTERM
+# deletes the device), a clean stop of the controller and the legs' data
+# areas byte-identical.
 
 source /test/guest-lib.sh
 
@@ -35,7 +36,7 @@ queues=$(( $(nproc) < 4 ? $(nproc) : 4 ))
 start=$SECONDS
 for i in 0 1 2; do start_replica "$i" 256M; done
 start_controller --filter=fua "$PLUGIN" "$(leg_uri 0)" "$(leg_uri 1)" "$(leg_uri 2)" \
-  fuamode=force control="$CTL" timeout=10
+  fuamode=force control="$CTL" timeout=10 quorum=2
 size=$(nbdinfo --size 'nbd+unix:///?socket=/tmp/c.sock')
 nbdinfo 'nbd+unix:///?socket=/tmp/c.sock' | grep -E 'can_multi_conn|block_size_maximum|can_fua|can_flush'
 note "controller up: $size bytes, $(status_get '.volume.legs') legs"
@@ -63,6 +64,7 @@ note "file system checked; fio on /dev/ublkb0"
 fio=$(fio_numbers /dev/ublkb0)
 echo "$fio"
 check_kernel_log >/dev/null
+refused_write_check /dev/ublkb0
 kill -TERM "$ublk_pid"
 rc=0
 wait "$ublk_pid" || rc=$?
