@@ -12,7 +12,10 @@
  *     and the ranges written since the base, or null;
  *  4. read: the blocks overlapping the changed ranges when the
  *     controller gave them for our base (the other blocks keep the
- *     base's hashes), else every block;
+ *     base's hashes), else every block; every KEEPALIVE_SECONDS
+ *     meanwhile, backup-renew, which also tells us that the controller
+ *     still runs the backup (it ends one whose hold was not renewed
+ *     for as long as its begin said: 120 s by default);
  *  5. each block read is hashed; an all-zero block is recorded and not
  *     stored; a block whose hash the store has (the base's map, this
  *     run, or a HEAD that finds it; --full trusts no base) is not sent
@@ -62,7 +65,7 @@
 #include "backup-int.h"
 
 #define NR_READERS 2
-#define KEEPALIVE_SECONDS 5.0
+#define KEEPALIVE_SECONDS 5.0   /* renewing the hold, the store's lock */
 
 struct backup_opts {
   const char *name;
@@ -108,30 +111,25 @@ show_progress (const struct backup *b, const char *name, double started,
   }
 }
 
-/* Check that the controller still runs this backup (the connection is
- * alive and its status names our token).
+/* Renew the controller's hold on this backup (backup-renew), which
+ * also checks that the connection is alive and that the controller
+ * still runs this backup.
  */
 static int
-check_controller (struct ctl *c, const char *token)
+renew_hold (struct ctl *c, const char *token)
 {
-  json_t *status = ctl_status (c);
-  json_t *bk;
-  const char *t;
-  int r = 0;
+  json_t *req = json_pack ("{s:s, s:s}", "cmd", "backup-renew",
+                           "token", token);
+  json_t *reply = ctl_request (c, req);
 
-  if (status == NULL) {
-    nbdrep_error ("lost the controller during the backup");
+  json_decref (req);
+  if (reply == NULL) {
+    nbdrep_error ("the controller no longer holds this backup (token %s)",
+                  token);
     return -1;
   }
-  bk = jobj (jobj (status, "volume"), "backup");
-  t = bk ? jstr (bk, "token") : NULL;
-  if (t == NULL || strcmp (t, token) != 0) {
-    nbdrep_error ("the controller no longer runs this backup (token %s)",
-                  token);
-    r = -1;
-  }
-  json_decref (status);
-  return r;
+  json_decref (reply);
+  return 0;
 }
 
 /* Start the readers and run transfers until done or failed. */
@@ -172,7 +170,7 @@ run_transfers (struct backup *b, struct ctl *c, const char *token,
       last_show = now;
     }
     if (now - last_check >= KEEPALIVE_SECONDS) {
-      if (check_controller (c, token) == -1 || bs_lock_refresh (lock) == -1)
+      if (renew_hold (c, token) == -1 || bs_lock_refresh (lock) == -1)
         backup_set_failed (b);
       last_check = now;
     }

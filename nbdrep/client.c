@@ -196,7 +196,11 @@ wait_ready (struct ctl *c, short events, double deadline)
   }
 }
 
-/* Send len bytes of data. */
+/* Send len bytes of data.  Returns 0, -1 after an error, or 1 if the
+ * controller closed the connection (EPIPE, ECONNRESET): not reported
+ * here, since it may have said why first (a refusal), for the caller
+ * to read.
+ */
 static int
 send_all (struct ctl *c, const char *data, size_t len, double deadline)
 {
@@ -210,6 +214,8 @@ send_all (struct ctl *c, const char *data, size_t len, double deadline)
     }
     if (errno == EINTR)
       continue;
+    if (errno == EPIPE || errno == ECONNRESET)
+      return 1;
     if (errno != EAGAIN) {
       nbdrep_error ("sending to the controller at %s: %m", c->path);
       return -1;
@@ -331,9 +337,11 @@ ctl_request (struct ctl *c, const json_t *req)
   nbdrep_debug ("request: %s", out);
   r = send_all (c, out, strlen (out), deadline);
   free (out);
-  if (r == -1 || send_all (c, "\n", 1, deadline) == -1)
+  if (r == 0)
+    r = send_all (c, "\n", 1, deadline);
+  if (r == -1)
     return NULL;
-  line = receive_line (c, deadline);
+  line = receive_line (c, deadline);   /* if closed: why, or an error */
   if (line == NULL)
     return NULL;
   nbdrep_debug ("reply: %.1000s", line);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -96,11 +97,15 @@ print_backup (const json_t *b)
 {
   const char *consistency = jstr (b, "consistency");
   int64_t leg = jint (b, "leg", -1);
+  int64_t lapses = jint (b, "lapses", -1);
+  int64_t left = lapses - (int64_t) time (NULL);
 
   printf ("  backup %s running: %s", jstr (b, "token"),
           consistency ? consistency : "?");
   if (leg >= 0)
     printf (", leg %" PRId64 " held as its source", leg);
+  if (lapses >= 0)
+    printf (", lapses in %" PRId64 " s unless renewed", left > 0 ? left : 0);
   putchar ('\n');
 }
 

@@ -7,16 +7,28 @@
  * The expected volume UUID, extent size, slot and page are fixed, so
  * the fuzzer has to match them (its comparison tracing finds them).
  *
+ * An input of odd size is sealed first: the crc field of each record
+ * (superblock block, activity log, bitmap page) is set to the crc32c
+ * of the bytes its length field covers, as an encoder does, so that
+ * mutations reach the checks behind the checksum; an input of even size
+ * is decoded as it is.  Seeds: tests/fuzz-corpus/fuzz-meta/, one valid
+ * record of each kind as meta.c's encoders write it (a superblock of a
+ * 3-slot volume, an activity log of 3 extents, bitmap page 5 of slot
+ * 3, with the fixed values below), and a NUL byte to make it odd.
+ *
  * Whenever a decoder says META_OK, the record must be canonical: the
  * re-encoding of what was decoded equals the input over [0, length)
  * (every covered byte is decoded or checked), and decoding the
  * re-encoding gives the same values again.  Anything else aborts.
  *
- * Build and run (keep the products out of the tree):
+ * make check-fuzz builds and runs it (tests/check-fuzz.sh); by hand,
+ * keeping the products out of the tree:
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -I. \
  *     -Icommon/utils -Icommon/replication tests/fuzz-meta.c \
  *     common/replication/meta.c common/utils/crc32c.c -o /tmp/fuzz-meta
- *   /tmp/fuzz-meta -max_total_time=60
+ *   cp -r tests/fuzz-corpus/fuzz-meta /tmp/corpus-meta
+ *   /tmp/fuzz-meta -max_total_time=60 -dict=tests/fuzz-corpus/fuzz-meta.dict \
+ *     /tmp/corpus-meta
  */
 
 #include <config.h>
@@ -25,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "crc32c.h"
 #include "meta.h"
 
 #define FUZZ_AL_CAP 1500
@@ -43,6 +56,25 @@ static uint32_t
 record_length (const uint8_t *buf)
 {
   return buf[12] | buf[13] << 8 | buf[14] << 16 | (uint32_t) buf[15] << 24;
+}
+
+/* Seal the record in buf (size bytes): its crc field (offset 16) set
+ * to the crc32c of [0, length) taken with that field zero, when its
+ * length field covers the header and fits.
+ */
+static void
+seal (uint8_t *buf, size_t size)
+{
+  static const uint8_t zero[4];
+  uint32_t length = record_length (buf), crc;
+
+  if (length < 32 || length > size)
+    return;
+  crc = crc32c (0, buf, 16);
+  crc = crc32c (crc, zero, sizeof zero);
+  crc = crc32c (crc, buf + 20, length - 20);
+  for (unsigned i = 0; i < 4; ++i)
+    buf[16 + i] = (uint8_t) (crc >> (8 * i));
 }
 
 /* Are two decoded superblocks the same, field by field? */
@@ -143,6 +175,10 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
   memcpy (block, data, size < sizeof block ? size : sizeof block);
   memset (al, 0, sizeof al);
   memcpy (al, data, size < sizeof al ? size : sizeof al);
+  if (size % 2 == 1) {
+    seal (block, sizeof block);
+    seal (al, sizeof al);
+  }
 
   if (sb_decode (block, &sb, err, sizeof err) == META_OK)
     check_sb (block, &sb);

@@ -7,8 +7,9 @@
 # of its uploads: nbdrep fails, no manifest exists, the listing is
 # unchanged, the controller ends the backup and resyncs the held leg;
 # the next backup is incremental from the last complete one and reuses
-# the blocks the interrupted one stored.  Last, a live backup with one
-# uptodate leg.
+# the blocks the interrupted one stored (read slowly, it renews the
+# controller's hold as it goes).  Last, a live backup with one uptodate
+# leg.
 
 source ./functions.sh
 source ./backup-functions.sh
@@ -91,10 +92,13 @@ wait_leg_state 60 "$ctl" 1 uptodate
 # The same store on a restarted server: two backups listed, and the next
 # backup reads the 8 changed blocks (since "two", as the interrupted one
 # never counted) and stores only those the interrupted one did not.
+# Read at 2 MiB/s it takes 8 s: nbdrep renews the hold every 5 s.
 start_nginx
 T=$DAV_URL/backups
 [ "$(backups_get 'sorted(b)' "$T")" = "['one', 'two']" ]
-"$NBDREP" backup "$ctl" "$T" --name four
+"$NBDREP" backup "$ctl" "$T" --rate 2M --name four
+grep -q 'debug: control: backup-renew from uid [0-9]* pid [0-9]*: .*: done$' \
+  "$tmpdir/c.log"
 [ "$(backups_get 'b["four"]["incremental"]' "$T")" = True ]
 [ "$(backups_get 'b["four"]["counts"]["read_blocks"]' "$T")" -eq 8 ]
 [ "$(backups_get 'b["four"]["counts"]["existing_blocks"]' "$T")" -eq "$stored" ]

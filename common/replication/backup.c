@@ -34,9 +34,18 @@
  * crash during a backup leaves a period that no completed backup began,
  * so the next backup reads everything: never less than changed.
  *
+ * The hold.  A backup lapses, and ends as failed (as if its client had
+ * gone), when its client has not renewed it (backup-renew) for the
+ * hold it began with (backup-begin's "hold", CTL_DEFAULT_HOLD seconds
+ * by default): a client that hangs without closing its connection
+ * cannot keep a leg out of the volume for ever.  The control thread
+ * checks the lapse time in its poll loop.  The token of the last
+ * backup that lapsed is kept (v->backup_lapsed), so that the client's
+ * next renew or end is told why its backup is gone.
+ *
  * Only the control thread calls these functions (one request at a
- * time; control_stop abandons a running backup), so v->backup needs no
- * lock of its own.  Lock order as
+ * time; control_stop abandons a running backup), so v->backup and
+ * v->backup_lapsed need no lock of their own.  Lock order as
  * everywhere: range lock, change_lock, v->lock.
  */
 
@@ -53,18 +62,33 @@
 #include "random.h"
 #include "cleanup.h"
 
+_Static_assert (sizeof ((struct volume *) 0)->backup_lapsed ==
+                BACKUP_TOKEN_LEN + 1, "v->backup_lapsed holds a token");
+
 struct backup {
   char token[BACKUP_TOKEN_LEN + 1];
   const void *owner;
   struct leg *held;             /* or NULL: live */
   bool point_in_time;
-  uint64_t since;
+  uint64_t since;               /* unix seconds */
+  unsigned hold;                /* seconds */
+  uint64_t lapse_ns;            /* monotonic: when it lapses unless renewed */
   int tracker;                  /* the tracker's slot, or -1 */
   struct sb_slot saved;         /* the tracker slot before this backup */
   struct bitmap snapshot;       /* S: the tracker's bits at begin */
   bool have_snapshot;
   bool base_matched;
 };
+
+/* The unix time (seconds) of the monotonic time t (ns). */
+static uint64_t
+unix_time_of (uint64_t t)
+{
+  uint64_t now = now_ns ();
+  int64_t ahead = (int64_t) (t - now) / 1000000000;
+
+  return (uint64_t) ((int64_t) time (NULL) + ahead);
+}
 
 /* Format 16 bytes as 32 hex digits. */
 static void
@@ -284,8 +308,9 @@ free_backup (struct backup *b)
 
 /* Begin a backup (see backup.h). */
 int
-backup_begin (struct volume *v, const char *base, const void *owner,
-              struct backup_info *info, char *err, size_t errlen)
+backup_begin (struct volume *v, const char *base, unsigned hold_seconds,
+              const void *owner, struct backup_info *info,
+              char *err, size_t errlen)
 {
   struct backup *b;
   struct range_hold hold;
@@ -308,6 +333,7 @@ backup_begin (struct volume *v, const char *base, const void *owner,
   b->owner = owner;
   b->tracker = -1;
   b->since = (uint64_t) time (NULL);
+  b->hold = hold_seconds;
   random_bytes (token, sizeof token);
   hex16 (token, b->token);
   volume_change_begin (v);
@@ -327,6 +353,8 @@ backup_begin (struct volume *v, const char *base, const void *owner,
     return -1;
   }
   v->backup = b;
+  v->backup_lapsed[0] = '\0';
+  b->lapse_ns = now_ns () + (uint64_t) b->hold * 1000000000;
   src = b->held ? b->held : live_source (v);
   *info = (struct backup_info) {
     .source = src ? src->uri : NULL,
@@ -334,11 +362,12 @@ backup_begin (struct volume *v, const char *base, const void *owner,
     .point_in_time = b->held != NULL,
     .why_live = why_live,
     .changed = b->base_matched ? &b->snapshot : NULL,
+    .lapses = unix_time_of (b->lapse_ns),
   };
   memcpy (info->token, b->token, sizeof info->token);
-  nbdkit_debug ("backup %s begun: %s (leg %d), %s", b->token,
+  nbdkit_debug ("backup %s begun: %s (leg %d), %s, hold %u s", b->token,
                 b->held ? "point in time" : "live", info->leg,
-                b->base_matched ? "incremental" : "changes unknown");
+                b->base_matched ? "incremental" : "changes unknown", b->hold);
   return 0;
 }
 
@@ -369,17 +398,64 @@ finish (struct volume *v, bool done, const char *name)
   free_backup (b);
 }
 
+/* Is token the running backup's?  If not, say why in err. */
+static bool
+is_running (struct volume *v, const char *token, char *err, size_t errlen)
+{
+  if (v->backup && strcmp (v->backup->token, token) == 0)
+    return true;
+  if (strcmp (v->backup_lapsed, token) == 0)
+    snprintf (err, errlen, "backup %s lapsed: it was not renewed in time, "
+              "and ended as failed", token);
+  else
+    snprintf (err, errlen, "no running backup has token %.64s", token);
+  return false;
+}
+
 /* End a backup (see backup.h). */
 int
 backup_end (struct volume *v, const char *token, bool done,
             const char *name, char *err, size_t errlen)
 {
-  if (v->backup == NULL || strcmp (v->backup->token, token) != 0) {
-    snprintf (err, errlen, "no running backup has token %s", token);
+  if (!is_running (v, token, err, errlen))
     return -1;
-  }
   finish (v, done, name);
   return 0;
+}
+
+/* Renew a backup's hold (see backup.h). */
+int
+backup_renew (struct volume *v, const char *token, uint64_t *lapses,
+              char *err, size_t errlen)
+{
+  struct backup *b = v->backup;
+
+  if (!is_running (v, token, err, errlen))
+    return -1;
+  b->lapse_ns = now_ns () + (uint64_t) b->hold * 1000000000;
+  *lapses = unix_time_of (b->lapse_ns);
+  return 0;
+}
+
+/* When the running backup lapses (see backup.h). */
+uint64_t
+backup_lapse_ns (struct volume *v)
+{
+  return v->backup ? v->backup->lapse_ns : 0;
+}
+
+/* End a lapsed backup (see backup.h). */
+void
+backup_check_lapse (struct volume *v, uint64_t now)
+{
+  struct backup *b = v->backup;
+
+  if (b == NULL || now < b->lapse_ns)
+    return;
+  nbdkit_error ("backup %s: not renewed for %u s, its hold lapsed: "
+                "counted as failed", b->token, b->hold);
+  memcpy (v->backup_lapsed, b->token, sizeof v->backup_lapsed);
+  finish (v, false, NULL);
 }
 
 /* A connection went away (see backup.h). */
@@ -427,6 +503,8 @@ backup_get_status (struct volume *v, struct backup_status *st)
     st->leg = b->held ? (int) b->held->index : -1;
     st->point_in_time = b->held != NULL;
     st->since = b->since;
+    st->hold = b->hold;
+    st->lapses = unix_time_of (b->lapse_ns);
   }
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
   s = tracker_slot (v);

@@ -1,32 +1,71 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* The control socket: one JSON request per line, one JSON reply per
- * line (DESIGN.md section 9).
+ * line (DESIGN.md sections 9 and 15; the commands are ctlcmd.c, the
+ * decoding ctlreq.c).
  *
- * One thread polls the listening socket and up to MAX_CLIENTS clients.
- * Requests are handled one at a time, in arrival order; a command that
- * changes membership may take as long as a leg timeout.  Replies are
- * written blocking (clients are local and read what they asked for).
+ * The server.  One thread polls the listening socket, a stop pipe and
+ * every client; all sockets are non-blocking, so no client can stall
+ * it.  Each client has an input buffer (the line being received, at
+ * most CTL_MAX_LINE bytes) and an output buffer (the reply being
+ * written).  Requests are answered one at a time, in arrival order; a
+ * client's next line is read and answered only once its last reply is
+ * written whole, so a client that sends without reading fills its own
+ * socket buffers, not the controller's memory.  Limits:
+ *  - MAX_CLIENTS connections at once.  One over the limit is sent a
+ *    one-line refusal ({"ok": false, "error": "too many ..."}) and kept
+ *    a moment, its input discarded, so that the refusal reaches it as
+ *    a reply rather than as a broken pipe (up to MAX_REFUSING of those
+ *    at once; beyond, the refusal is sent without waiting).
+ *  - A request line must be complete within LINE_TIMEOUT of its first
+ *    byte (the time is not counted while its client has a reply to
+ *    read), a reply must be read within REPLY_TIMEOUT of the last byte
+ *    the client took: else the client is dropped, and that is logged.
+ *  - A line with a NUL byte, or longer than CTL_MAX_LINE bytes, is
+ *    answered with an error and the connection closed once the answer
+ *    is written (kept CLOSE_LINGER, as a refusal is).
+ * A command may take as long as a leg timeout (add-leg): meanwhile
+ * nobody is served, but nobody is dropped for it either, since the
+ * deadlines are judged as of the start of the next poll, after what
+ * that poll found has been served: a line or a read that arrived in the
+ * meantime counts.  A client that closes its sending side is answered
+ * what it sent before, then dropped.  A backup a dropped client began
+ * ends as failed (backup_abandon), and so does one whose hold lapses
+ * (backup_check_lapse, at every turn of the loop, judged the same way).
+ *
+ * Credentials.  Every client's SO_PEERCRED (the uid and pid of the
+ * process that connected) is read when it is accepted.  Each request
+ * that changes something is logged with them and its outcome after it
+ * is answered: membership changes and backups (add-leg, remove-leg,
+ * fail-leg, resync, backup-begin, backup-end) always, as nbdkit errors
+ * (nbdkit has no lower level that is always logged); settings, verify
+ * and backup-renew as debug messages.
+ *
+ * Only the control thread touches struct control and its clients,
+ * apart from control_start and control_stop (before and after it
+ * runs); it takes no lock of its own, and the commands it calls take
+ * the volume's (ctlcmd.c).
  *
  * The socket file.  control=PATH (made absolute by engine_config)
  * must be absent or a stale socket, one nobody listens on (connect is
- * refused: a controller killed with -9 left it).  A socket another controller listens on, or anything that
- * is not a socket, is refused by name: at .config_complete
- * (control_check_path), so the error reaches the terminal before
- * nbdkit forks, and again when the socket is created in .after_fork
- * (listen_on), since the path may have changed in between.  Only a
- * stale socket is unlinked.  The socket is created with mode 0600 (the
- * controller's owner operates it) under a umask, so it is never
- * reachable by others, and its inode is noted: at stop it is removed
- * only if it is still ours (the path may have been replaced
- * meanwhile).  Two controllers starting on the same path at the same
- * instant can still race between the probe and the bind.
+ * refused: a controller killed with -9 left it).  A socket another
+ * controller listens on, or anything that is not a socket, is refused
+ * by name: at .config_complete (control_check_path), so the error
+ * reaches the terminal before nbdkit forks, and again when the socket
+ * is created in .after_fork (listen_on), since the path may have
+ * changed in between.  Only a stale socket is unlinked.  The socket is
+ * bound under a umask of 0177, so it has mode 0600 (the controller's
+ * owner operates it) from the moment it exists, and its inode is
+ * noted: at stop it is removed only if it is still ours (the path may
+ * have been replaced meanwhile).  Two controllers starting on the same
+ * path at the same instant can still race between the probe and the
+ * bind.
  */
 
 #include <config.h>
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,19 +79,31 @@
 
 #include "internal.h"
 #include "control.h"
-#include "admin.h"
-#include "verify.h"
+#include "ctlreq.h"
 #include "backup.h"
-#include "random.h"
 #include "cleanup.h"
 
-#define MAX_CLIENTS 16
-#define MAX_LINE (64 * 1024)
+#define MAX_CLIENTS 64
+#define MAX_REFUSING 16
+#define SECOND_NS UINT64_C (1000000000)
+#define LINE_TIMEOUT (10 * SECOND_NS)
+#define REPLY_TIMEOUT (10 * SECOND_NS)
+#define CLOSE_LINGER (2 * SECOND_NS)
+#define ACCEPT_PAUSE (SECOND_NS / 10)   /* after running out of fds */
+#define MAX_SLOTS (MAX_CLIENTS + MAX_REFUSING)
 
 struct client {
   int fd;
-  size_t len;
-  char buf[MAX_LINE];
+  char who[96];                 /* "uid U pid P", from SO_PEERCRED */
+  bool closing;                 /* write out, then close (refused, bad line) */
+  bool eof;                     /* it sends no more */
+  uint64_t line_since;          /* when the partial line in "in" began */
+  uint64_t out_since;           /* when the client last took reply bytes */
+  uint64_t closing_since;
+  char *out;                    /* the reply being written, or NULL */
+  size_t out_len, out_off;
+  size_t in_len;
+  char in[CTL_MAX_LINE + 1];
 };
 
 struct control {
@@ -62,375 +113,430 @@ struct control {
   ino_t ino;
   int stop_fd[2];               /* a pipe: written to stop the thread */
   pthread_t thread;
-  struct client *clients[MAX_CLIENTS];
+  uint64_t accept_resume;       /* no accept before (monotonic ns) */
+  /* [0, MAX_CLIENTS) serve; the rest hold refused connections. */
+  struct client *clients[MAX_SLOTS];
 };
 
-/* An error reply. */
-static json_t *
-error_reply (const char *fs, ...)
-  __attribute__ ((format (printf, 1, 2)));
-static json_t *
-error_reply (const char *fs, ...)
+/* ---- replies ------------------------------------------------------- */
+
+/* Encode reply (consumed) as a line.  NULL if out of memory. */
+static char *
+encode_reply (json_t *reply, size_t *len)
 {
-  char msg[512];
-  va_list ap;
+  char *out = NULL;
 
-  va_start (ap, fs);
-  vsnprintf (msg, sizeof msg, fs, ap);
-  va_end (ap);
-  return json_pack ("{s:b, s:s}", "ok", 0, "error", msg);
-}
-
-/* The leg named by the request's "index", or NULL with *reply set. */
-static struct leg *
-leg_arg (struct volume *v, json_t *req, json_t **reply)
-{
-  json_t *ix = json_object_get (req, "index");
-  json_int_t i;
-
-  if (!json_is_integer (ix)) {
-    *reply = error_reply ("missing or invalid \"index\"");
-    return NULL;
+  if (reply)
+    out = json_dumps (reply, JSON_COMPACT | JSON_REAL_PRECISION (6));
+  json_decref (reply);
+  if (out == NULL) {            /* out of memory, or a string not UTF-8 */
+    reply = ctl_error_reply ("internal error: the reply could not be "
+                             "encoded");
+    out = reply ? json_dumps (reply, JSON_COMPACT) : NULL;
+    json_decref (reply);
+    if (out == NULL)
+      return NULL;
   }
-  i = json_integer_value (ix);
-  if (i < 0 || (size_t) i >= v->nr_legs) {
-    *reply = error_reply ("no leg %" JSON_INTEGER_FORMAT " (the volume has "
-                          "%zu legs)", i, v->nr_legs);
-    return NULL;
-  }
-  return &v->legs[i];
+  *len = strlen (out);
+  out[(*len)++] = '\n';         /* replaces the terminating NUL */
+  return out;
 }
 
-/* fail-leg: take a leg out for maintenance (it is reconnected and
- * resynced by the monitor as after any failure).
- */
-static json_t *
-cmd_fail_leg (struct volume *v, json_t *req)
+/* Queue reply (consumed) for c.  Returns -1 if out of memory. */
+static int
+queue_reply (struct client *c, json_t *reply)
 {
-  json_t *reply = NULL;
-  struct leg *l = leg_arg (v, req, &reply);
-  enum leg_state st;
-  uint16_t up;
-
-  if (l == NULL)
-    return reply;
-  st = atomic_load (&l->state);
-  if (st != LEG_UPTODATE && st != LEG_SYNCING)
-    return error_reply ("leg %u is %s, not uptodate or syncing", l->index,
-                        leg_state_name (st));
-  up = MB_UPTODATE (membership_load (v)) & ~(1u << l->index);
-  if (st == LEG_UPTODATE && up == 0)
-    return error_reply ("leg %u is the last uptodate leg: failing it would "
-                        "fail the volume", l->index);
-  if (st == LEG_UPTODATE && (unsigned) __builtin_popcount (up) < v->quorum)
-    return error_reply ("failing leg %u would leave fewer uptodate legs "
-                        "than quorum (the volume would turn read-only)",
-                        l->index);
-  volume_fail_leg (v, l, EPOCH_ANY, "failed by the operator");
-  return json_pack ("{s:b}", "ok", 1);
+  c->out = encode_reply (reply, &c->out_len);
+  c->out_off = 0;
+  c->out_since = now_ns ();
+  return c->out ? 0 : -1;
 }
 
-/* resync: restart the resync of a leg that is not uptodate (full if
- * asked), by failing it so the monitor takes it from the top now.
- */
-static json_t *
-cmd_resync (struct volume *v, json_t *req)
-{
-  json_t *reply = NULL;
-  struct leg *l = leg_arg (v, req, &reply);
-  bool full = json_is_true (json_object_get (req, "full"));
-  enum leg_state st;
-
-  if (l == NULL)
-    return reply;
-  st = atomic_load (&l->state);
-  if (st == LEG_UPTODATE && !full)
-    return error_reply ("leg %u is uptodate: nothing to resync (ask for a "
-                        "full resync to rebuild it anyway)", l->index);
-  if (st == LEG_REMOVED)
-    return error_reply ("leg %u is removed", l->index);
-  if (l->held)
-    return error_reply ("leg %u is the source of a running backup: it "
-                        "resyncs when the backup ends", l->index);
-  if (st == LEG_UPTODATE || st == LEG_SYNCING)
-    volume_fail_leg (v, l, EPOCH_ANY, "resync requested by the operator");
-  {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-    l->force_full |= full;
-    l->next_attempt_ns = 0;
-    l->backoff = 0;
-    pthread_cond_broadcast (&v->monitor_cond);
-  }
-  return json_pack ("{s:b}", "ok", 1);
-}
-
-/* The success reply, or the error in err. */
-static json_t *
-result (int r, const char *err)
-{
-  return r == -1 ? error_reply ("%s", err) : json_pack ("{s:b}", "ok", 1);
-}
-
-/* add-leg: a new leg, synced fully. */
-static json_t *
-cmd_add_leg (struct volume *v, json_t *req)
-{
-  const char *uri = json_string_value (json_object_get (req, "uri"));
-  char err[512];
-  int i;
-
-  if (uri == NULL)
-    return error_reply ("missing \"uri\"");
-  i = volume_add_leg (v, uri, err, sizeof err);
-  if (i == -1)
-    return error_reply ("%s", err);
-  return json_pack ("{s:b, s:i}", "ok", 1, "index", i);
-}
-
-/* remove-leg: take a leg out of the volume for good. */
-static json_t *
-cmd_remove_leg (struct volume *v, json_t *req)
-{
-  json_t *reply = NULL;
-  struct leg *l = leg_arg (v, req, &reply);
-  char err[512];
-
-  if (l == NULL)
-    return reply;
-  return result (volume_remove_leg (v, l->index, err, sizeof err), err);
-}
-
-/* set: change a rate. */
-static json_t *
-cmd_set (struct volume *v, json_t *req)
-{
-  const char *key = json_string_value (json_object_get (req, "key"));
-  const char *value = json_string_value (json_object_get (req, "value"));
-  char err[512];
-
-  if (key == NULL || value == NULL)
-    return error_reply ("missing \"key\" or \"value\"");
-  return result (volume_set (v, key, value, err, sizeof err), err);
-}
-
-/* verify: start or stop. */
-static json_t *
-cmd_verify (struct volume *v, json_t *req)
-{
-  const char *action = json_string_value (json_object_get (req, "action"));
-  json_t *from = json_object_get (req, "repair_from");
-  json_t *rate = json_object_get (req, "rate");
-  char err[512];
-
-  if (action && strcmp (action, "stop") == 0)
-    return result (verify_stop (v, err, sizeof err), err);
-  if (action && strcmp (action, "start") != 0)
-    return error_reply ("verify: unknown action \"%s\"", action);
-  if (from && !json_is_null (from) && !json_is_integer (from))
-    return error_reply ("verify: \"repair_from\" must be a leg index");
-  if (rate && !json_is_null (rate) &&
-      (!json_is_integer (rate) || json_integer_value (rate) < 0))
-    return error_reply ("verify: \"rate\" must be bytes per second");
-  return result (verify_start (v, json_is_true (json_object_get (req, "repair")),
-                               json_is_integer (from)
-                               ? (int) json_integer_value (from) : -1,
-                               json_is_integer (rate)
-                               ? json_integer_value (rate) : -1,
-                               err, sizeof err), err);
-}
-
-/* The chunks set in b as merged [offset, length] byte ranges, clipped
- * to the volume.
- */
-static json_t *
-ranges_json (struct volume *v, const struct bitmap *b)
-{
-  json_t *a = json_array ();
-  uint64_t first = bitmap_next_set (b, 0), last;
-
-  while (a && first < b->nr_bits) {
-    uint64_t off = first * v->cfg.chunk, end;
-    for (last = first; last + 1 < b->nr_bits && bitmap_test (b, last + 1);
-         last++)
-      ;
-    end = (last + 1) * v->cfg.chunk;
-    if (end > v->size)
-      end = v->size;
-    if (off < end)
-      json_array_append_new (a, json_pack ("[I, I]", (json_int_t) off,
-                                           (json_int_t) (end - off)));
-    first = bitmap_next_set (b, last + 1);
-  }
-  return a;
-}
-
-/* backup-begin: hold a leg for a backup (backup.c), for owner. */
-static json_t *
-cmd_backup_begin (struct volume *v, json_t *req, const void *owner)
-{
-  json_t *base = json_object_get (req, "base");
-  struct backup_info info;
-  char err[512], uuid[37];
-
-  if (base && !json_is_null (base) && !json_is_string (base))
-    return error_reply ("backup-begin: \"base\" must be a token or null");
-  if (backup_begin (v, json_string_value (base), owner, &info,
-                    err, sizeof err) == -1)
-    return error_reply ("%s", err);
-  if (v->metadata)
-    uuid_format (v->sb.volume_uuid, uuid);
-  return json_pack ("{s:b, s:s, s:s?, s:o, s:s, s:s?, s:s?, s:I, s:I, s:o}",
-                    "ok", 1, "token", info.token, "source", info.source,
-                    "leg", info.leg >= 0 ? json_integer (info.leg)
-                    : json_null (),
-                    "consistency", info.point_in_time ? "point-in-time"
-                    : "live",
-                    "why_live", info.why_live,
-                    "volume", v->metadata ? uuid : NULL,
-                    "size", (json_int_t) v->size,
-                    "chunk", (json_int_t) v->cfg.chunk,
-                    "changed", info.changed ? ranges_json (v, info.changed)
-                    : json_null ());
-}
-
-/* backup-end: the backup is done or failed. */
-static json_t *
-cmd_backup_end (struct volume *v, json_t *req)
-{
-  const char *token = json_string_value (json_object_get (req, "token"));
-  const char *res = json_string_value (json_object_get (req, "result"));
-  const char *name = json_string_value (json_object_get (req, "name"));
-  char err[512];
-
-  if (token == NULL)
-    return error_reply ("backup-end: missing \"token\"");
-  if (res == NULL || (strcmp (res, "done") != 0 && strcmp (res, "failed") != 0))
-    return error_reply ("backup-end: \"result\" must be \"done\" or "
-                        "\"failed\"");
-  return result (backup_end (v, token, strcmp (res, "done") == 0, name,
-                             err, sizeof err), err);
-}
-
-/* Answer one request from owner (the client connection). */
-json_t *
-control_handle (struct volume *v, json_t *req, const void *owner)
-{
-  static const struct {
-    const char *name;
-    json_t *(*fn) (struct volume *, json_t *);
-  } commands[] = {
-    { "add-leg", cmd_add_leg },
-    { "backup-end", cmd_backup_end },
-    { "fail-leg", cmd_fail_leg },
-    { "remove-leg", cmd_remove_leg },
-    { "resync", cmd_resync },
-    { "set", cmd_set },
-    { "verify", cmd_verify },
-  };
-  const char *cmd = json_string_value (json_object_get (req, "cmd"));
-  size_t i;
-
-  if (cmd == NULL)
-    return error_reply ("missing \"cmd\"");
-  if (strcmp (cmd, "status") == 0)
-    return status_json (v);
-  if (strcmp (cmd, "backup-begin") == 0)
-    return cmd_backup_begin (v, req, owner);
-  for (i = 0; i < sizeof commands / sizeof commands[0]; ++i)
-    if (strcmp (cmd, commands[i].name) == 0)
-      return commands[i].fn (v, req);
-  return error_reply ("unknown command \"%s\"", cmd);
-}
-
-/* Decode one line from client c, answer it, write the reply.  Returns
- * -1 if the client is gone.
+/* Write what c's socket takes of its reply.  Returns -1 if the client
+ * is to be dropped.
  */
 static int
-answer_line (struct volume *v, const struct client *c, const char *line)
+flush_reply (struct client *c)
 {
-  int fd = c->fd;
-  json_error_t jerr;
-  json_t *req = json_loads (line, 0, &jerr), *reply;
-  char *out;
-  size_t len, done = 0;
-
-  if (req == NULL || !json_is_object (req))
-    reply = error_reply ("invalid request: %s",
-                         req ? "not a JSON object" : jerr.text);
-  else
-    reply = control_handle (v, req, c);
-  json_decref (req);
-  out = json_dumps (reply, JSON_COMPACT | JSON_REAL_PRECISION (6));
-  json_decref (reply);
-  if (out == NULL)
-    return -1;
-  len = strlen (out);
-  out[len++] = '\n';            /* replaces the terminating NUL */
-  while (done < len) {
-    ssize_t r = write (fd, out + done, len - done);
+  while (c->out_off < c->out_len) {
+    ssize_t r = send (c->fd, c->out + c->out_off, c->out_len - c->out_off,
+                      MSG_NOSIGNAL | MSG_DONTWAIT);
     if (r == -1 && errno == EINTR)
       continue;
-    if (r <= 0) {
-      free (out);
+    if (r == -1 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return 0;
+    if (r <= 0)
       return -1;
-    }
-    done += (size_t) r;
+    c->out_off += (size_t) r;
+    c->out_since = now_ns ();
   }
-  free (out);
+  free (c->out);
+  c->out = NULL;
+  if (c->closing)
+    shutdown (c->fd, SHUT_WR);
+  else if (c->in_len > 0)
+    c->line_since = now_ns ();  /* its time runs again */
   return 0;
 }
 
-/* Read what a client sent and answer every complete line.  Returns -1
- * when the client is to be dropped.
+/* Answer c with reply (consumed) and close the connection after it. */
+static int
+close_with (struct client *c, json_t *reply)
+{
+  c->closing = true;
+  c->closing_since = now_ns ();
+  c->in_len = 0;
+  if (queue_reply (c, reply) == -1)
+    return -1;
+  return flush_reply (c);
+}
+
+/* ---- requests ------------------------------------------------------ */
+
+/* Log request r from c and its reply, as its kind says. */
+static void
+audit (const struct client *c, const struct ctlreq *r, const json_t *reply)
+{
+  CLEANUP_FREE char *args = NULL;
+  const char *msg = json_string_value (json_object_get (reply, "error"));
+  bool ok = json_is_true (json_object_get (reply, "ok"));
+  char line[1024];
+
+  if (r->audit == CTL_AUDIT_NONE)
+    return;
+  args = json_dumps (r->json, JSON_COMPACT | JSON_ENSURE_ASCII);
+  snprintf (line, sizeof line, "control: %s from %s: %.300s: %s%s", r->name,
+            c->who, args ? args : "", ok ? "done" : "refused: ",
+            ok ? "" : msg ? msg : "the reply could not be made");
+  if (r->audit == CTL_AUDIT_ALWAYS)
+    nbdkit_error ("%s", line);
+  else
+    nbdkit_debug ("%s", line);
+}
+
+/* Answer the request line of len bytes at line from c. */
+static int
+answer_line (struct control *ctl, struct client *c, const char *line,
+             size_t len)
+{
+  struct ctlreq r;
+  char err[512];
+  json_t *reply;
+
+  if (ctlreq_parse (line, len, &r, err, sizeof err) == -1)
+    return queue_reply (c, ctl_error_reply ("%s", err));
+  reply = ctlcmd_answer (ctl->v, &r, c);
+  audit (c, &r, reply);
+  ctlreq_free (&r);
+  return queue_reply (c, reply);
+}
+
+/* Answer the whole lines c has sent, while its replies are taken.
+ * Returns -1 if the client is to be dropped.
  */
 static int
-serve_client (struct volume *v, struct client *c)
+serve_lines (struct control *ctl, struct client *c)
 {
-  ssize_t r = read (c->fd, c->buf + c->len, sizeof c->buf - 1 - c->len);
-  char *nl;
+  size_t n;
 
-  if (r <= 0)
-    return -1;
-  c->len += (size_t) r;
-  c->buf[c->len] = '\0';
-  while ((nl = strchr (c->buf, '\n')) != NULL) {
-    *nl = '\0';
-    if (answer_line (v, c, c->buf) == -1)
-      return -1;
-    c->len -= (size_t) (nl + 1 - c->buf);
-    memmove (c->buf, nl + 1, c->len + 1);
-  }
-  return c->len == sizeof c->buf - 1 ? -1 : 0;   /* line too long */
-}
-
-/* Accept a client if there is room. */
-static void
-accept_client (struct control *ctl)
-{
-  int fd = accept4 (ctl->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-  size_t i;
-
-  if (fd == -1)
-    return;
-  for (i = 0; i < MAX_CLIENTS; ++i)
-    if (ctl->clients[i] == NULL) {
-      ctl->clients[i] = calloc (1, sizeof *ctl->clients[i]);
-      if (ctl->clients[i] == NULL)
-        break;
-      ctl->clients[i]->fd = fd;
-      return;
+  while (c->out == NULL && !c->closing) {
+    switch (ctlreq_frame (c->in, c->in_len, &n)) {
+    case CTL_FRAME_PARTIAL:
+      return 0;
+    case CTL_FRAME_NUL:
+      nbdkit_error ("control: %s sent a NUL byte: connection closed",
+                    c->who);
+      return close_with (c, ctl_error_reply ("request line with a NUL "
+                                             "byte: connection closed"));
+    case CTL_FRAME_TOO_LONG:
+      nbdkit_error ("control: %s sent a line longer than %d bytes: "
+                    "connection closed", c->who, CTL_MAX_LINE);
+      return close_with (c, ctl_error_reply ("request line longer than %d "
+                                             "bytes: connection closed",
+                                             CTL_MAX_LINE));
+    case CTL_FRAME_LINE:
+      if (answer_line (ctl, c, c->in, n) == -1)
+        return -1;
+      c->in_len -= n + 1;
+      memmove (c->in, c->in + n + 1, c->in_len);
+      c->line_since = now_ns ();
+      if (flush_reply (c) == -1)
+        return -1;
     }
-  close (fd);
+  }
+  return 0;
 }
 
-/* Drop a client (a backup it began counts as failed). */
+/* Read what c sent.  Returns -1 if it is to be dropped now. */
+static int
+receive (struct client *c)
+{
+  ssize_t r;
+
+  if (c->closing)               /* what it sends now is discarded */
+    c->in_len = 0;
+  r = recv (c->fd, c->in + c->in_len, sizeof c->in - c->in_len,
+            MSG_DONTWAIT);
+  if (r == -1)
+    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+  if (r == 0) {
+    c->eof = true;
+    return 0;
+  }
+  if (c->in_len == 0)
+    c->line_since = now_ns ();
+  if (!c->closing)
+    c->in_len += (size_t) r;
+  return 0;
+}
+
+/* Is c done: nothing more to answer or write? */
+static bool
+finished (const struct client *c)
+{
+  size_t n;
+
+  if (c->out)
+    return false;
+  if (c->closing)
+    return c->eof;
+  return c->eof && ctlreq_frame (c->in, c->in_len, &n) != CTL_FRAME_LINE;
+}
+
+/* Serve c after poll reported revents.  Returns -1 to drop it. */
+static int
+serve_client (struct control *ctl, struct client *c, short revents)
+{
+  if (revents & POLLERR)
+    return -1;
+  if (c->out && flush_reply (c) == -1)
+    return -1;
+  if (c->out == NULL && (revents & (POLLIN | POLLHUP)) && !c->eof &&
+      receive (c) == -1)
+    return -1;
+  if (serve_lines (ctl, c) == -1)
+    return -1;
+  if (c->out && (revents & POLLHUP))
+    return -1;                  /* nobody will read it */
+  return finished (c) ? -1 : 0;
+}
+
+/* ---- clients ------------------------------------------------------- */
+
+/* When c is to be dropped if it stays idle (monotonic ns), or 0. */
+static uint64_t
+deadline (const struct client *c)
+{
+  if (c->out)
+    return c->out_since + REPLY_TIMEOUT;
+  if (c->closing)
+    return c->closing_since + CLOSE_LINGER;
+  if (c->in_len > 0)
+    return c->line_since + LINE_TIMEOUT;
+  return 0;
+}
+
+/* Close and free c. */
+static void
+free_client (struct client *c)
+{
+  close (c->fd);
+  free (c->out);
+  free (c);
+}
+
+/* Close and free the client in slot i (a backup it began counts as
+ * failed).
+ */
 static void
 drop_client (struct control *ctl, size_t i)
 {
   backup_abandon (ctl->v, ctl->clients[i]);
-  close (ctl->clients[i]->fd);
-  free (ctl->clients[i]);
+  free_client (ctl->clients[i]);
   ctl->clients[i] = NULL;
+}
+
+/* A free slot in [from, to), or -1. */
+static int
+free_slot (const struct control *ctl, size_t from, size_t to)
+{
+  size_t i;
+
+  for (i = from; i < to; ++i)
+    if (ctl->clients[i] == NULL)
+      return (int) i;
+  return -1;
+}
+
+/* Describe the peer of fd in who. */
+static void
+peer_credentials (int fd, char *who, size_t len)
+{
+  struct ucred cred;
+  socklen_t n = sizeof cred;
+
+  if (getsockopt (fd, SOL_SOCKET, SO_PEERCRED, &cred, &n) == 0)
+    snprintf (who, len, "uid %u pid %d", (unsigned) cred.uid, (int) cred.pid);
+  else
+    snprintf (who, len, "an unknown peer (SO_PEERCRED: %s)",
+              strerror (errno));
+}
+
+/* Tell a client over the limit, in slot i or (-1) on the spot. */
+static void
+refuse (struct control *ctl, struct client *c, int i)
+{
+  nbdkit_error ("control: %s refused: %d clients are connected already",
+                c->who, MAX_CLIENTS);
+  if (close_with (c, ctl_error_reply ("too many control connections (%d): "
+                                      "try again when one closes",
+                                      MAX_CLIENTS)) == 0 && i >= 0) {
+    ctl->clients[i] = c;
+    return;
+  }
+  free_client (c);
+}
+
+/* Take a new connection on fd. */
+static void
+take_client (struct control *ctl, int fd)
+{
+  int i = free_slot (ctl, 0, MAX_CLIENTS);
+  struct client *c = malloc (sizeof *c);
+
+  if (c == NULL) {
+    nbdkit_error ("control: out of memory");
+    close (fd);
+    return;
+  }
+  memset (c, 0, offsetof (struct client, in));
+  c->fd = fd;
+  peer_credentials (fd, c->who, sizeof c->who);
+  if (i >= 0) {
+    nbdkit_debug ("control: %s connected", c->who);
+    ctl->clients[i] = c;
+  }
+  else
+    refuse (ctl, c, free_slot (ctl, MAX_CLIENTS, MAX_SLOTS));
+}
+
+/* Accept every pending connection. */
+static void
+accept_clients (struct control *ctl)
+{
+  for (;;) {
+    int fd = accept4 (ctl->listen_fd, NULL, NULL,
+                      SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) {
+      take_client (ctl, fd);
+      continue;
+    }
+    if (errno == EINTR || errno == ECONNABORTED)
+      continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      nbdkit_error ("control: accept: %m (pausing for 100 ms)");
+      ctl->accept_resume = now_ns () + ACCEPT_PAUSE;
+    }
+    return;
+  }
+}
+
+/* Drop the clients whose deadline had passed already when the last
+ * poll began, and which what that poll found did not move on.
+ */
+static void
+expire_clients (struct control *ctl, uint64_t polled_at)
+{
+  size_t i;
+
+  for (i = 0; i < MAX_SLOTS; ++i) {
+    struct client *c = ctl->clients[i];
+    uint64_t d = c ? deadline (c) : 0;
+
+    if (d == 0 || d > polled_at)
+      continue;
+    if (c->out && !c->closing)
+      nbdkit_error ("control: %s dropped: it did not read its reply for "
+                    "%" PRIu64 " s", c->who, REPLY_TIMEOUT / SECOND_NS);
+    else if (!c->closing)
+      nbdkit_error ("control: %s dropped: it did not finish its request "
+                    "line within %" PRIu64 " s", c->who,
+                    LINE_TIMEOUT / SECOND_NS);
+    drop_client (ctl, i);
+  }
+}
+
+/* ---- the thread ---------------------------------------------------- */
+
+/* The poll timeout in ms until the nearest deadline, or -1. */
+static int
+poll_timeout (const struct control *ctl, uint64_t now)
+{
+  uint64_t first = backup_lapse_ns (ctl->v), d;
+  size_t i;
+
+  if (ctl->accept_resume > now && (first == 0 || ctl->accept_resume < first))
+    first = ctl->accept_resume;
+  for (i = 0; i < MAX_SLOTS; ++i)
+    if (ctl->clients[i] && (d = deadline (ctl->clients[i])) != 0 &&
+        (first == 0 || d < first))
+      first = d;
+  if (first == 0)
+    return -1;
+  if (first <= now)
+    return 0;
+  return (int) ((first - now + 999999) / 1000000);
+}
+
+/* The events to poll c for. */
+static short
+client_events (const struct client *c)
+{
+  if (c->out)
+    return POLLOUT;
+  return c->eof ? 0 : POLLIN;
+}
+
+/* One turn: poll, serve, expire.  Returns -1 when the thread is to
+ * stop.
+ */
+static int
+control_turn (struct control *ctl)
+{
+  struct pollfd pfd[MAX_SLOTS + 2];
+  size_t map[MAX_SLOTS + 2];
+  uint64_t now = now_ns ();
+  size_t n = 0, i;
+
+  pfd[n++] = (struct pollfd) { .fd = ctl->stop_fd[0], .events = POLLIN };
+  pfd[n++] = (struct pollfd) { .fd = ctl->accept_resume > now ? -1
+                               : ctl->listen_fd, .events = POLLIN };
+  for (i = 0; i < MAX_SLOTS; ++i)
+    if (ctl->clients[i]) {
+      map[n] = i;
+      pfd[n++] = (struct pollfd) { .fd = ctl->clients[i]->fd,
+                                   .events = client_events (ctl->clients[i]) };
+    }
+  if (poll (pfd, n, poll_timeout (ctl, now)) == -1) {
+    if (errno == EINTR)
+      return 0;
+    nbdkit_error ("control: poll: %m");
+    return -1;
+  }
+  if (pfd[0].revents)
+    return -1;
+  for (i = 2; i < n; ++i)
+    if (pfd[i].revents &&
+        serve_client (ctl, ctl->clients[map[i]], pfd[i].revents) == -1)
+      drop_client (ctl, map[i]);
+  if (pfd[1].revents & POLLIN)
+    accept_clients (ctl);
+  /* Deadlines as of the poll: what a long command kept waiting was
+   * served first.
+   */
+  expire_clients (ctl, now);
+  backup_check_lapse (ctl->v, now);
+  return 0;
 }
 
 /* The control thread. */
@@ -438,36 +544,13 @@ static void *
 control_thread (void *arg)
 {
   struct control *ctl = arg;
-  struct pollfd pfd[MAX_CLIENTS + 2];
-  size_t map[MAX_CLIENTS + 2];
 
-  for (;;) {
-    size_t n = 0, i;
-
-    pfd[n++] = (struct pollfd) { .fd = ctl->stop_fd[0], .events = POLLIN };
-    pfd[n++] = (struct pollfd) { .fd = ctl->listen_fd, .events = POLLIN };
-    for (i = 0; i < MAX_CLIENTS; ++i)
-      if (ctl->clients[i]) {
-        map[n] = i;
-        pfd[n++] = (struct pollfd) { .fd = ctl->clients[i]->fd,
-                                     .events = POLLIN };
-      }
-    if (poll (pfd, n, -1) == -1) {
-      if (errno == EINTR)
-        continue;
-      nbdkit_error ("control: poll: %m");
-      break;
-    }
-    if (pfd[0].revents)
-      break;
-    if (pfd[1].revents & POLLIN)
-      accept_client (ctl);
-    for (i = 2; i < n; ++i)
-      if (pfd[i].revents && serve_client (ctl->v, ctl->clients[map[i]]) == -1)
-        drop_client (ctl, map[i]);
-  }
+  while (control_turn (ctl) == 0)
+    ;
   return NULL;
 }
+
+/* ---- the socket file ----------------------------------------------- */
 
 /* Fill in the address of path.  Returns -1 after an error. */
 static int
@@ -564,7 +647,7 @@ listen_on (struct control *ctl, const char *path)
   case PATH_ABSENT:
     break;
   }
-  fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd == -1) {
     nbdkit_error ("control: socket: %m");
     return -1;
@@ -572,7 +655,7 @@ listen_on (struct control *ctl, const char *path)
   old_mask = umask (0177);
   r = bind (fd, (struct sockaddr *) &addr, sizeof addr);
   umask (old_mask);
-  if (r == -1 || listen (fd, 8) == -1 || lstat (path, &st) == -1) {
+  if (r == -1 || listen (fd, MAX_CLIENTS) == -1 || lstat (path, &st) == -1) {
     nbdkit_error ("control=%s: %m", path);
     close (fd);
     return -1;
@@ -642,7 +725,7 @@ control_stop (struct volume *v)
   if (write (ctl->stop_fd[1], "x", 1) != 1)
     nbdkit_debug ("control stop: %m");
   pthread_join (ctl->thread, NULL);
-  for (i = 0; i < MAX_CLIENTS; ++i)
+  for (i = 0; i < MAX_SLOTS; ++i)
     if (ctl->clients[i])
       drop_client (ctl, i);
   close (ctl->listen_fd);

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The control socket (control.c) and the status it reports (status.c). */
+/* The control socket (control.c), its commands (ctlcmd.c) and the
+ * status it reports (status.c).
+ */
 
 #ifndef REPLICATE_CONTROL_H
 #define REPLICATE_CONTROL_H
@@ -18,13 +20,15 @@ extern int control_check_path (const char *path);
 extern int control_start (struct volume *v);
 extern void control_stop (struct volume *v);
 
-/* Answer one request (a decoded JSON object) from owner, the client
+/* Answer one decoded request (ctlreq.h) from owner, the client
  * connection it came from (a backup it begins ends if the connection
- * does).  Returns a new reply object: {"ok": true, ...} or
- * {"ok": false, "error": "..."}.
+ * does), in the control thread (ctlcmd.c).  Returns a new reply object:
+ * {"ok": true, ...} or {"ok": false, "error": "..."}; NULL if out of
+ * memory.
  */
-extern json_t *control_handle (struct volume *v, json_t *req,
-                               const void *owner);
+struct ctlreq;
+extern json_t *ctlcmd_answer (struct volume *v, const struct ctlreq *r,
+                              const void *owner);
 
 /* The status reply of DESIGN.md section 9 (a new object). */
 extern json_t *status_json (struct volume *v);

@@ -292,6 +292,7 @@ struct volume {
   struct verify *verify;
   struct ublk *ublk;            /* the ublk= frontend (ublk.c), or NULL */
   struct backup *backup;        /* the running backup (control thread) */
+  char backup_lapsed[33];       /* token of the last backup that lapsed */
 };
 
 /* ---- requests to legs ------------------------------------------------ */

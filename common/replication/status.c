@@ -115,10 +115,12 @@ backup_json (const struct backup_status *b)
 {
   if (!b->running)
     return json_null ();
-  return json_pack ("{s:s, s:o, s:s, s:I}", "token", b->token,
+  return json_pack ("{s:s, s:o, s:s, s:I, s:I, s:I}", "token", b->token,
                     "leg", b->leg >= 0 ? json_integer (b->leg) : json_null (),
                     "consistency", b->point_in_time ? "point-in-time" : "live",
-                    "since", (json_int_t) b->since);
+                    "since", (json_int_t) b->since,
+                    "hold", (json_int_t) b->hold,
+                    "lapses", (json_int_t) b->lapses);
 }
 
 /* How many connections a leg has now (conns_lock: a reconnect may be
