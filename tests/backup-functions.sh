@@ -68,15 +68,6 @@ print(eval(sys.argv[2]))
 ' "$json" "$expr"
 }
 
-# free_port: print a TCP port on 127.0.0.1 that is free now.
-free_port ()
-{
-  python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
-}
-
 declare -A _service_pid=()   # service name -> pid of the process we started
 
 # _start_service NAME CMD...: run CMD in the background (log
