@@ -254,6 +254,16 @@ s3_request ()
       -H "x-amz-content-sha256: $hash" "${body[@]}"
 }
 
+# requires_webdav: skip unless nginx with WebDAV, curl and the restore
+# plugin are there (start_nginx and backup_nbdkit need them).
+requires_webdav ()
+{
+  requires command -v nginx
+  requires test -f /usr/lib/nginx/modules/ngx_http_dav_ext_module.so
+  requires command -v curl
+  requires test -f "$BACKUP_PLUGIN"
+}
+
 # start_nginx: start nginx serving WebDAV from $tmpdir/dav/data.
 start_nginx ()
 {
