@@ -35,6 +35,7 @@
 # Knobs (environment):
 #   SIZE           size of every replica (nbdkit syntax, default 256M)
 #   C_ARGS         extra parameters for every controller, e.g. "connections=8"
+#   R_ARGS         extra nbdkit options for every replica, e.g. "--tls=on ..."
 #   PLUGIN FILTER NBDREP  the built plugin, filter and nbdrep (default:
 #                  the build tree this bench/ directory belongs to)
 #   START_TIMEOUT  seconds a server may take to answer (default 60)
@@ -53,6 +54,7 @@ FILTER=${FILTER:-$TOP/filters/replicate/.libs/nbdkit-replicate-filter.so}
 NBDREP=${NBDREP:-$TOP/nbdrep/nbdrep}
 SIZE=${SIZE:-256M}
 C_ARGS=${C_ARGS:-}
+R_ARGS=${R_ARGS:-}
 START_TIMEOUT=${START_TIMEOUT:-60}
 STOP_GRACE=${STOP_GRACE:-15}
 KEEP_WORK=${KEEP_WORK:-0}
@@ -263,15 +265,18 @@ start_server ()
   fi
 }
 
-# start_replicas SYS N SIZE: N nbdkit memory replicas SYS-r0 ...; sets
-# REPLICA_URIS and appends their pids to SYS_PIDS[SYS].
+# start_replicas SYS N SIZE: N nbdkit memory replicas SYS-r0 ... (with
+# $R_ARGS); sets REPLICA_URIS and appends their pids to SYS_PIDS[SYS].
 start_replicas ()
 {
   local sys=$1 n=$2 size=$3 i
+  local -a extra
+  read -r -a extra <<<"$R_ARGS"
   REPLICA_URIS=()
   for (( i = 0; i < n; i++ )); do
     start_server replica "$sys-r$i" \
-      nbdkit -f -U "$WORK/$sys-r$i.sock" memory "size=$size" || return 1
+      nbdkit -f -U "$WORK/$sys-r$i.sock" "${extra[@]}" memory "size=$size" ||
+      return 1
     SYS_PIDS[$sys]="${SYS_PIDS[$sys]-} $LAST_PID"
     REPLICA_URIS+=("$(uri_of "$WORK/$sys-r$i.sock")")
   done
@@ -478,6 +483,19 @@ callgrind_wrap ()
 cg_total ()
 {
   awk '/^(totals|summary):/ {v = $2} END {print v}' "$WORK/cg.$1"
+}
+
+# rotated N K: the indexes 0..N-1 starting at K; reversed when REV=1.
+rotated ()
+{
+  local n=$1 k=$2 i
+  for (( i = 0; i < n; i++ )); do
+    if [ "$REV" = 1 ]; then
+      echo $(( (k + n - 1 - i) % n ))
+    else
+      echo $(( (k + i) % n ))
+    fi
+  done
 }
 
 # now_ns: the time in nanoseconds.

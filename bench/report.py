@@ -9,6 +9,7 @@
 #   report.py cpucost TSV "SYSTEMS" N1 N2
 #   report.py scale FIO_TSV CG_TSV RSS_TSV
 #   report.py rebuild TSV LEG_SIZE
+#   report.py tls TSV COPY_TSV "JOBS"
 #
 # Every table is a pipe table with padded columns: readable in a
 # terminal and valid markdown.  A value is the median over rounds (or
@@ -83,6 +84,21 @@ def read_tsv(path):
     """The rows of a TSV file with a header line, as dicts."""
     with open(path) as f:
         return list(csv.DictReader(f, delimiter="\t"))
+
+
+def load_and_failures(rows):
+    """The closing lines of a fio table: the load during the runs, and
+    the runs that failed."""
+    loads = [num(r["load1"]) for r in rows]
+    bad = [r for r in rows if r["rc"] != "0" or num(r["iops"]) != num(r["iops"])]
+    print()
+    print("1-min load average at the start of each fio run: min %s, median %s,"
+          " max %s (%d fio runs)" % (fmt(min(loads), 2), fmt(med(loads), 2),
+                                     fmt(max(loads), 2), len(rows)))
+    if bad:
+        print("FAILED runs: " + ", ".join(
+            "%s/%s round %s (rc %s)" % (r["system"], r["job"], r["round"], r["rc"])
+            for r in bad))
 
 
 # ---------------------------------------------------------------------
@@ -260,16 +276,7 @@ def report_run(path, systems, jobs, aa):
                   "" if resolution != resolution else
                   " (A/A noise %.0f %%)" % (100 * resolution)))
 
-    loads = [num(r["load1"]) for r in rows]
-    bad = [r for r in rows if r["rc"] != "0" or num(r["iops"]) != num(r["iops"])]
-    print()
-    print("1-min load average at the start of each fio run: min %s, median %s,"
-          " max %s (%d fio runs)" % (fmt(min(loads), 2), fmt(med(loads), 2),
-                                     fmt(max(loads), 2), len(rows)))
-    if bad:
-        print("FAILED runs: " + ", ".join(
-            "%s/%s round %s (rc %s)" % (r["system"], r["job"], r["round"], r["rc"])
-            for r in bad))
+    load_and_failures(rows)
 
 
 # ---------------------------------------------------------------------
@@ -519,6 +526,81 @@ def report_scale(fio_path, cg_path, rss_path):
 # fio's JSON
 
 
+# ---------------------------------------------------------------------
+# bench/tls
+
+TLS_VARIANTS = {
+    "plain": "plain legs, the engine's wire",
+    "libnbd": "plain legs, libnbd (-D replicate.wire=0)",
+    "tls": "TLS (PSK) legs, libnbd",
+}
+
+
+def report_tls(path, copy_path, jobs):
+    """The tables of bench/tls."""
+    rows = read_tsv(path)
+    copies = read_tsv(copy_path)
+    jobs = [j for j in jobs.split() if j in RUN_JOBS]
+    legs = sorted({r["legs"] for r in rows}, key=int)
+    rounds = sorted({r["round"] for r in rows}, key=int)
+
+    def median_of(n, v, j, field=None, scale=None):
+        t = RUN_JOBS[j]
+        field = field or t[1]
+        scale = t[2] if scale is None else scale
+        return med(num(r[field]) * scale for r in rows
+                   if (r["legs"], r["variant"], r["job"]) == (n, v, j))
+
+    n_r = "median of %d rounds" % len(rounds) if len(rounds) > 1 else "1 round"
+    print()
+    print("Throughput and QD1 latency (%s)" % n_r)
+    print()
+    out = []
+    for n in legs:
+        for v in TLS_VARIANTS:
+            out.append([n, v, TLS_VARIANTS[v]] +
+                       [fmt(median_of(n, v, j)) for j in jobs])
+    table(["legs", "variant", "what"] +
+          ["%s %s" % (RUN_JOBS[j][0], RUN_JOBS[j][3]) for j in jobs],
+          out, right=3)
+
+    print()
+    print("Server CPU per request, us (controller and replicas)")
+    print()
+    out = []
+    for n in legs:
+        for v in TLS_VARIANTS:
+            out.append([n, v] + [fmt(median_of(n, v, j, "srv_cpu_us_op", 1.0))
+                                 for j in jobs])
+    table(["legs", "variant"] + [RUN_JOBS[j][0] for j in jobs], out, right=2)
+
+    print()
+    print("Ratios (throughput: below 1 is slower; latency and CPU: above 1"
+          " is slower or costlier)")
+    print()
+    out = []
+    for n in legs:
+        for a, b in (("tls", "plain"), ("tls", "libnbd"), ("libnbd", "plain")):
+            out.append([n, "%s / %s" % (a, b)] +
+                       [fmtr(ratio(median_of(n, a, j), median_of(n, b, j)))
+                        for j in jobs])
+            out.append([n, "%s / %s CPU" % (a, b)] +
+                       [fmtr(ratio(median_of(n, a, j, "srv_cpu_us_op", 1.0),
+                                   median_of(n, b, j, "srv_cpu_us_op", 1.0)))
+                        for j in jobs])
+    table(["legs", "ratio"] + [RUN_JOBS[j][0] for j in jobs], out, right=2)
+
+    plain = med(num(r["mibps"]) for r in copies if r["variant"] == "plain")
+    tls = med(num(r["mibps"]) for r in copies if r["variant"] == "tls")
+    print()
+    print("nbdcopy from one replica straight into null: (no controller):"
+          " plain %s MiB/s, TLS %s MiB/s, TLS / plain %s (%d rounds)" % (
+              fmt(plain), fmt(tls), fmtr(ratio(tls, plain)),
+              len({r["round"] for r in copies})))
+
+    load_and_failures(rows)
+
+
 def fio_fields(path, rw, ticks, hz):
     """iops, MiB/s, mean latency us, p99 completion latency us, server
     CPU us per request and requests of one fio run, tab-separated."""
@@ -551,9 +633,11 @@ def main():
         report_rebuild(a[1], a[2])
     elif len(a) == 5 and a[0] == "cpucost":
         report_cpucost(a[1], a[2], a[3], a[4])
+    elif len(a) == 4 and a[0] == "tls":
+        report_tls(a[1], a[2], a[3])
     else:
         sys.exit("usage: report.py run TSV SYSTEMS JOBS AA | cpucost TSV SYSTEMS N1 N2"
-                 " | scale FIO CG RSS | rebuild TSV LEG_SIZE")
+                 " | scale FIO CG RSS | rebuild TSV LEG_SIZE | tls TSV COPY_TSV JOBS")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "backupstore.h"
+#include "params.h"
 
 /* A block on its way from a reader to the store. */
 enum job_kind { JOB_ZERO, JOB_KNOWN, JOB_NEW };
@@ -31,6 +32,7 @@ struct backup {
   struct bs_store *store;
   struct bs_manifest *m;
   const char *source;
+  const struct tls_params *tls; /* how to connect to the source */
   uint64_t *todo, nr_todo;      /* blocks to read */
   uint64_t rate;
 

@@ -21,6 +21,7 @@
 
 #include "cleanup.h"
 #include "backupstore.h"
+#include "tls.h"
 #include "nbdrep.h"
 #include "backup-int.h"
 
@@ -205,20 +206,25 @@ backup_reader (void *arg)
   struct backup *b = arg;
   struct nbd_handle *h = nbd_create ();
   char *buf = malloc (b->m->block_size);
+  const char *why = NULL;
+  char err[256];
 
   if (h == NULL || buf == NULL) {
     nbdrep_error ("out of memory");
     backup_set_failed (b);
   }
-  else if (nbd_connect_uri (h, b->source) == -1) {
-    nbdrep_error ("cannot read the volume at %s: %s", b->source,
-                  nbd_get_error ());
-    backup_set_failed (b);
-  }
+  else if (tls_setup_handle (h, b->tls, b->source, err, sizeof err) == -1)
+    why = err;
+  else if (nbd_connect_uri (h, b->source) == -1)
+    why = nbd_get_error ();
   else {
     if (read_blocks (b, h, buf) == -1)
       backup_set_failed (b);
     nbd_shutdown (h, 0);
+  }
+  if (why) {
+    nbdrep_error ("cannot read the volume at %s: %s", b->source, why);
+    backup_set_failed (b);
   }
   nbd_close (h);
   free (buf);

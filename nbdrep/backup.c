@@ -73,6 +73,7 @@ struct backup_opts {
   uint32_t block_size;
   const char *source;
   bool full;
+  struct tls_params tls;        /* for the source (--tls options) */
 };
 
 /* The progress of the backup as an item of progress.c. */
@@ -443,6 +444,7 @@ backup_init (struct backup *b, struct bs_store *store, const char *volume,
   pthread_mutex_init (&b->lock, NULL);
   pthread_cond_init (&b->cond, NULL);
   b->store = store;
+  b->tls = &o->tls;
   b->rate = o->rate;
   b->max_live = 2 * bs_store_connections (store);
   b->known = bs_hashset_new ();
@@ -689,13 +691,17 @@ parse_backup_options (const struct subcommand *cmd, int argc, char **argv,
     { "block-size", required_argument, NULL, 'b' },
     { "source", required_argument, NULL, 's' },
     { "full", no_argument, NULL, 'f' },
+    TLS_LONG_OPTIONS,
     COMMON_LONG_OPTIONS
   };
   uint64_t bs;
   int opt;
 
+  config_tls_init (&o->tls);
   while ((opt = getopt_long (argc, argv, COMMON_SHORT_OPTIONS, longopts,
                              NULL)) != -1) {
+    if (tls_option (cmd, opt, optarg, &o->tls))
+      continue;
     switch (opt) {
     case 'n':
       if (!bs_valid_name (optarg))
@@ -753,7 +759,9 @@ const struct subcommand cmd_backup = {
   .name = "backup",
   .run = run_backup,
   .synopsis = "CTL TARGET [KEY=VALUE...] [--name=NAME] [--rate=SIZE] "
-              "[--block-size=SIZE] [--source=URI] [--full]",
+              "[--block-size=SIZE] [--source=URI] [--full] [--tls=MODE] "
+              "[--tls-certificates=DIR] [--tls-verify=BOOL] "
+              "[--tls-username=NAME] [--tls-psk=FILE]",
   .summary = "Back the volume up to an S3 or WebDAV store.",
   .description =
   "TARGET is s3://BUCKET[/PREFIX] or http(s)://HOST[/PATH] (WebDAV);\n"
@@ -774,5 +782,6 @@ const struct subcommand cmd_backup = {
   "  --source=URI      What to read when the controller has no NBD leg\n"
   "                    to give (its own export).\n"
   "  --full            Read every block and check every one against the\n"
-  "                    store (no trust in the previous backup).\n",
+  "                    store (no trust in the previous backup).\n"
+  TLS_OPTIONS_HELP,
 };

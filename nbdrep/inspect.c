@@ -36,6 +36,7 @@
 #include <libnbd.h>
 
 #include "meta.h"
+#include "tls.h"
 #include "cleanup.h"
 
 #include "nbdrep.h"
@@ -159,20 +160,28 @@ read_leg (struct nbd_handle *nbd, const struct exam *e, void *buf,
   return 0;
 }
 
-/* Connect to the leg and learn its size.  NULL after an error. */
+/* Connect to the leg (with the TLS parameters tls) and learn its size.
+ * NULL after an error.
+ */
 static struct nbd_handle *
-open_leg (struct exam *e)
+open_leg (struct exam *e, const struct tls_params *tls)
 {
   struct nbd_handle *nbd = nbd_create ();
+  const char *why = NULL;
+  char err[256];
   int64_t size;
 
   if (nbd == NULL) {
     nbdrep_error ("nbd_create: %s", nbd_get_error ());
     return NULL;
   }
-  if (nbd_connect_uri (nbd, e->uri) == -1 ||
-      (size = nbd_get_size (nbd)) == -1) {
-    nbdrep_error ("%s: %s", e->uri, nbd_get_error ());
+  if (tls_setup_handle (nbd, tls, e->uri, err, sizeof err) == -1)
+    why = err;
+  else if (nbd_connect_uri (nbd, e->uri) == -1 ||
+           (size = nbd_get_size (nbd)) == -1)
+    why = nbd_get_error ();
+  if (why) {
+    nbdrep_error ("%s: %s", e->uri, why);
     nbd_close (nbd);
     return NULL;
   }
@@ -422,24 +431,27 @@ run_inspect (const struct subcommand *cmd, int argc, char **argv)
 {
   static const struct option longopts[] = {
     { "json", no_argument, NULL, 'j' },
+    TLS_LONG_OPTIONS,
     COMMON_LONG_OPTIONS
   };
   struct exam e = { .pick = -1, .al_pick = -1 };
+  struct tls_params tls;
   struct nbd_handle *nbd;
   bool json = false;
   int opt, r = EXIT_ERROR;
 
+  config_tls_init (&tls);
   while ((opt = getopt_long (argc, argv, COMMON_SHORT_OPTIONS, longopts,
                              NULL)) != -1) {
     if (opt == 'j')
       json = true;
-    else
+    else if (!tls_option (cmd, opt, optarg, &tls))
       other_option (cmd, opt);
   }
   need_operands (cmd, argc, argv, optind, 1, 1);
   e.uri = argv[optind];
 
-  nbd = open_leg (&e);
+  nbd = open_leg (&e, &tls);
   if (nbd == NULL)
     return EXIT_ERROR;
   if (examine (nbd, &e) == 0) {
@@ -456,7 +468,8 @@ run_inspect (const struct subcommand *cmd, int argc, char **argv)
 const struct subcommand cmd_inspect = {
   .name = "inspect",
   .run = run_inspect,
-  .synopsis = "URI [--json]",
+  .synopsis = "URI [--json] [--tls=MODE] [--tls-certificates=DIR] "
+              "[--tls-verify=BOOL] [--tls-username=NAME] [--tls-psk=FILE]",
   .summary = "Print a leg's metadata, read offline (like mdadm --examine).",
   .description =
   "URI is the NBD URI of the leg (nbd://host:port, nbd+unix:///?socket=\n"
@@ -465,5 +478,6 @@ const struct subcommand cmd_inspect = {
   "of the metadata area, the activity log, and for each absent slot how\n"
   "much is out of sync.  Exits 1 if the leg has no valid superblock.\n",
   .options =
-  "  --json            Print the same as a JSON object.\n",
+  "  --json            Print the same as a JSON object.\n"
+  TLS_OPTIONS_HELP,
 };

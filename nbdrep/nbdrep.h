@@ -18,6 +18,7 @@
  * backup.c      nbdrep backup (with the controller, to a store)
  * backup-read.c, backup-send.c   its reader threads, its transfers
  * backups.c     nbdrep backups, backup-delete, backup-verify; open_store
+ * tls-options.c the --tls options of inspect and backup
  *
  * Conventions: a subcommand returns its exit status (EXIT_*).  A
  * function that fails prints its error with nbdrep_error () first and
@@ -108,6 +109,37 @@ extern double parse_seconds_arg (const struct subcommand *cmd,
  * 0), --verbose, or a bad one (getopt has said what; exits 2).
  */
 extern void other_option (const struct subcommand *cmd, int c);
+
+/* ---- tls-options.c ---------------------------------------------- */
+
+struct tls_params;
+
+/* The --tls options of the subcommands that open a leg (inspect,
+ * backup): the plugins' tls parameters, parsed by config_set_tls and
+ * applied by tls_setup_handle (common/replication/tls.c).  Put
+ * TLS_LONG_OPTIONS in the getopt table, give every option to
+ * tls_option, and add TLS_OPTIONS_HELP to the --help text.
+ */
+enum {
+  OPT_TLS = 0x100, OPT_TLS_CERTIFICATES, OPT_TLS_VERIFY, OPT_TLS_USERNAME,
+  OPT_TLS_PSK,
+};
+#define TLS_LONG_OPTIONS \
+  { "tls", required_argument, NULL, OPT_TLS }, \
+  { "tls-certificates", required_argument, NULL, OPT_TLS_CERTIFICATES }, \
+  { "tls-verify", required_argument, NULL, OPT_TLS_VERIFY }, \
+  { "tls-username", required_argument, NULL, OPT_TLS_USERNAME }, \
+  { "tls-psk", required_argument, NULL, OPT_TLS_PSK }
+#define TLS_OPTIONS_HELP \
+  "  --tls=off|on|require, --tls-certificates=DIR, --tls-verify=BOOL,\n" \
+  "  --tls-username=NAME, --tls-psk=FILE\n" \
+  "                    TLS to the leg, as the controller's tls parameters\n" \
+  "                    (the URI's own tls-* parameters win).\n"
+/* If opt is a --tls option, apply it (its argument arg) to t and
+ * return true; a bad value is a usage error.  False for other options.
+ */
+extern bool tls_option (const struct subcommand *cmd, int opt,
+                        const char *arg, struct tls_params *t);
 
 /* ---- human.c ----------------------------------------------------- */
 

@@ -68,15 +68,6 @@ print(eval(sys.argv[2]))
 ' "$json" "$expr"
 }
 
-# free_port: print a TCP port on 127.0.0.1 that is free now.
-free_port ()
-{
-  python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
-}
-
 declare -A _service_pid=()   # service name -> pid of the process we started
 
 # _start_service NAME CMD...: run CMD in the background (log
@@ -261,6 +252,16 @@ s3_request ()
          "${S3_ENDPOINT#http://}" "$path" |
     curl -sSf -K - -X "$verb" --aws-sigv4 "aws:amz:us-east-1:s3" \
       -H "x-amz-content-sha256: $hash" "${body[@]}"
+}
+
+# requires_webdav: skip unless nginx with WebDAV, curl and the restore
+# plugin are there (start_nginx and backup_nbdkit need them).
+requires_webdav ()
+{
+  requires command -v nginx
+  requires test -f /usr/lib/nginx/modules/ngx_http_dav_ext_module.so
+  requires command -v curl
+  requires test -f "$BACKUP_PLUGIN"
 }
 
 # start_nginx: start nginx serving WebDAV from $tmpdir/dav/data.

@@ -17,10 +17,7 @@ set -euo pipefail
 set -x
 
 requires_nbdsh
-requires command -v nginx
-requires test -f /usr/lib/nginx/modules/ngx_http_dav_ext_module.so
-requires command -v curl
-requires test -f "$BACKUP_PLUGIN"
+requires_webdav
 
 start_nginx
 

@@ -10,8 +10,8 @@
 # size rounded down to 4K.  Checked for the plugin over file legs, over
 # memory legs, with metadata=none, and for the filter shape.  Also:
 # nbdkit --dump-plugin lists replicate_libnbd_version (the libnbd we
-# run with) and `nbdkit PLUGIN --help` lists every parameter of
-# DESIGN.md section 10.
+# run with) and replicate_libnbd_tls, and `nbdkit PLUGIN --help` lists
+# every parameter of DESIGN.md section 10 and the TLS ones of section 15.
 
 source ./functions.sh
 set -euo pipefail
@@ -135,12 +135,14 @@ fi
 libnbd_version=$(nbdinfo --version | sed -n 's/^libnbd \([0-9.]*\).*/\1/p')
 test -n "$libnbd_version"
 grep -Fx "replicate_libnbd_version=$libnbd_version" "$tmpdir/dump"
+grep -Ex "replicate_libnbd_tls=[01]" "$tmpdir/dump"
 
 # --- --help: every parameter of DESIGN.md section 10.
 "${nbdkit_cmd[@]}" "$PLUGIN" --help >"$tmpdir/help"
 for key in replica connections quorum read timeout control chunk \
            max-legs al-extent al-extents resync-rate resync-min-rate \
-           init wait force prefer metadata ublk ublk-queues ublk-depth; do
+           init wait force prefer metadata ublk ublk-queues ublk-depth \
+           tls tls-certificates tls-verify tls-username tls-psk; do
   grep -Eq "(^|[ ,])$key=" "$tmpdir/help" || {
     echo "$0: nbdkit PLUGIN --help does not show $key="
     exit 1

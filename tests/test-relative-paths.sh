@@ -3,9 +3,12 @@
 # Relative file parameters are made absolute before nbdkit forks into
 # the background (and changes to "/"): a controller started without -f
 # from a directory, with a relative control=PATH, serves its control
-# socket in that directory (nbdrep status answers there); the backup
-# plugin turns relative credentials= and cafile= into absolute paths
-# (its debug log shows the store options it was given).
+# socket in that directory (nbdrep status answers there); one with a
+# relative tls-psk=FILE (when psktool is there) reconnects its TLS leg
+# after the fork (its key file is still found: the leg's server is
+# restarted and the volume is healthy again); the backup plugin turns
+# relative credentials= and cafile= into absolute paths (its debug log
+# shows the store options it was given).
 
 source ./functions.sh
 set -euo pipefail
@@ -55,6 +58,27 @@ wait_until 30 test -S "$tmpdir/rel/$name"
 wait_volume_state 60 "$tmpdir/rel/$name" healthy
 stop_daemon
 test ! -e "$tmpdir/rel/$name"
+
+# --- tls-psk=FILE relative, nbdkit in the background: the key file is
+# read again at every connection, after the fork too.
+if command -v psktool >/dev/null; then
+  psktool -u alice -p "$tmpdir/rel/rel.psk" >/dev/null
+  start_replica 1 -- --tls=require --tls-psk="$tmpdir/rel/rel.psk"
+  (
+    cd "$tmpdir/rel"
+    "${nbdkit_cmd[@]}" -P "$tmpdir/rel.pid" -U "$tmpdir/tls.sock" \
+      "$PLUGIN" "$r1_uri" tls-psk=rel.psk tls-username=alice \
+      control="$name" </dev/null
+  )
+  wait_for test -s "$tmpdir/rel.pid"
+  wait_until 30 test -S "$tmpdir/rel/$name"
+  wait_volume_state 60 "$tmpdir/rel/$name" healthy
+  kill_replica 1
+  wait_leg_state 30 "$tmpdir/rel/$name" 0 failed
+  restart_replica 1
+  wait_volume_state 60 "$tmpdir/rel/$name" healthy
+  stop_daemon
+fi
 
 # --- The backup plugin: credentials= and cafile= made absolute.  The
 # store is unreachable (port 9, no retries), so nbdkit exits with an

@@ -338,6 +338,29 @@ static const struct set_case set_cases[] = {
   { true, { "ublk-depth=64" }, "ublk-depth is given without ublk=ID" },
   { true, { "ublk=1", "ublk=2" }, "ublk given twice: ublk=2" },
 
+  /* TLS: as nbdkit-nbd-plugin's keys; unset until given. */
+  { true, { NULL }, "OK tls=unset tls-certificates=(null) tls-verify=-1 "
+    "tls-username=(null) tls-psk=(null)" },
+  { true, { "tls=require" }, "OK tls=require" },
+  { true, { "tls=REQUIRE" }, "OK tls=require" },
+  { true, { "tls=on" }, "OK tls=on" },
+  { true, { "tls=off" }, "OK tls=off" },
+  { true, { "tls=yes" }, "OK tls=on" },
+  { true, { "tls=0" }, "OK tls=off" },
+  { true, { "tls=maybe" }, "tls=maybe: must be off, on or require" },
+  { true, { "tls=" }, "tls=: must be off, on or require" },
+  { true, { "tls=on", "tls=off" }, "tls given twice: tls=off" },
+  { false, { "nbd://a", "tls-certificates=/etc/pki/libnbd",
+             "tls-verify=false", "tls-username=alice", "tls-psk=/k.psk" },
+    "OK tls=unset tls-certificates=/etc/pki/libnbd tls-verify=0 "
+    "tls-username=alice tls-psk=/k.psk" },
+  { true, { "tls-verify=on" }, "OK tls-verify=1" },
+  { true, { "tls-verify=x" }, "tls-verify=x: " },
+  { true, { "tls-certificates=" }, "tls-certificates=: must not be empty" },
+  { true, { "tls-username=" }, "tls-username=: must not be empty" },
+  { true, { "tls-psk=" }, "tls-psk=: must not be empty" },
+  { true, { "tls-psk=/a", "tls-psk=/b" }, "tls-psk given twice: tls-psk=/b" },
+
   /* Unknown keys are not ours: config_set returns 1. */
   { false, { "replica=nbd://a", "file=/x" }, "UNKNOWN file" },
   { true, { "size=1G" }, "UNKNOWN size" },
@@ -345,6 +368,16 @@ static const struct set_case set_cases[] = {
   { true, { "replicas=nbd://a" }, "UNKNOWN replicas" },
   { true, { "=x" }, "UNKNOWN " },
 };
+
+/* enum tls_mode from TLS_MODE_UNSET (-1) on. */
+static const char *const tls_mode_names[] = { "unset", "off", "on", "require" };
+
+/* s, or "(null)". */
+static const char *
+str_or_null (const char *s)
+{
+  return s ? s : "(null)";
+}
 
 /* Format the field called name of c into buf; false if no such field. */
 static bool
@@ -368,7 +401,7 @@ format_field (const struct config *c, const char *name, char *buf,
   else if (strcmp (name, "timeout") == 0)
     snprintf (buf, len, "%g", c->timeout);
   else if (strcmp (name, "control") == 0)
-    snprintf (buf, len, "%s", c->control ? c->control : "(null)");
+    snprintf (buf, len, "%s", str_or_null (c->control));
   else if (strcmp (name, "chunk") == 0)
     snprintf (buf, len, "%" PRIu32, c->chunk);
   else if (strcmp (name, "max-legs") == 0)
@@ -402,6 +435,16 @@ format_field (const struct config *c, const char *name, char *buf,
     snprintf (buf, len, "%u", c->ublk_depth);
   else if (strcmp (name, "ublk-keep") == 0)
     snprintf (buf, len, "%s", c->ublk_keep ? "true" : "false");
+  else if (strcmp (name, "tls") == 0)
+    snprintf (buf, len, "%s", tls_mode_names[c->tls.mode + 1]);
+  else if (strcmp (name, "tls-certificates") == 0)
+    snprintf (buf, len, "%s", str_or_null (c->tls.certificates));
+  else if (strcmp (name, "tls-verify") == 0)
+    snprintf (buf, len, "%d", c->tls.verify);
+  else if (strcmp (name, "tls-username") == 0)
+    snprintf (buf, len, "%s", str_or_null (c->tls.username));
+  else if (strcmp (name, "tls-psk") == 0)
+    snprintf (buf, len, "%s", str_or_null (c->tls.psk));
   else
     return false;
   return true;
@@ -570,6 +613,10 @@ static const struct uri_case uri_cases[] = {
   { "nbds+unix:///export?socket=/a&tls-certificates=/etc/pki", NULL },
   { "nbd+unix:///?socket=%2Frun%2Fa", NULL },
   { "nbd+unix:///?socket=" A100 "/234567", NULL },
+  { "nbds+unix://alice@/?socket=/a", NULL },
+  { "nbds+unix://alice@?socket=/a&tls-psk-file=/etc/k.psk", NULL },
+  { "nbds://alice@b/?tls-psk-file=%2Fetc%2Fk.psk", NULL },
+  { "nbds://b/?tls-certificates=/etc/pki&tls-psk-file=/k", NULL },
   { "nbd+vsock://3", NULL },
   { "nbds+vsock://2:10810/e", NULL },
   { "nbd+vsock://4294967295:4294967295/", NULL },
@@ -631,6 +678,20 @@ static const struct uri_case uri_cases[] = {
   { "nbd+unix:///?socket=/a&socket=/b", "socket= given twice" },
   { "nbd+unix:///?socket=" A100 "/2345678",
     "socket path longer than 107 bytes" },
+  { "nbds+unix://@/?socket=/a", "empty user name before '@'" },
+  { "nbds+unix://alice@host/?socket=/a", "nbds+unix takes no host ('host'): "
+    "expected nbds+unix://[USER@]/[EXPORT]?socket=PATH" },
+  { "nbds+unix://alice@:10809/?socket=/a", "takes no host (':10809')" },
+  { "nbds+unix://alice@b@/?socket=/a", "takes no host ('b@')" },
+  { "nbds+unix://alice@/", "no socket" },
+
+  /* libnbd's TLS files. */
+  { "nbds://b/?tls-psk-file=k.psk", "replica=nbds://b/?tls-psk-file=k.psk: "
+    "tls-psk-file=k.psk is not an absolute path" },
+  { "nbds+unix:///?socket=/a&tls-certificates=certs",
+    "tls-certificates=certs is not an absolute path" },
+  { "nbds://b/?tls-certificates=", "tls-certificates= is not an absolute" },
+  { "nbds://b/?tls-psk-file=%41", "tls-psk-file=%41 is not an absolute" },
 
   /* vsock. */
   { "nbd+vsock://", "bad or missing CID (expected nbd+vsock://CID[:PORT]"
@@ -667,6 +728,54 @@ test_uris (void)
               "row %zu: '%s' does not name replica=", row, err);
     }
   }
+}
+
+/* Which URIs name their own TLS files. */
+static void
+test_uri_tls_files (void)
+{
+  static const struct {
+    const char *uri;
+    bool names;
+  } rows[] = {
+    { "nbds://b/?tls-psk-file=/k", true },
+    { "nbds+unix:///?socket=/a&tls-certificates=/d", true },
+    { "nbds://b/?tls-psk-file=k", true },       /* relative: still named */
+    { "nbds://b/", false },
+    { "nbds://alice@b/?tls-psk-files=/k", false },
+    { "nbds://b/?x-tls-psk-file=/k", false },
+    { "nbds://b/tls-psk-file=/k", false },      /* the export name */
+    { "foo://b/?tls-psk-file=/k", false },      /* not an NBD URI */
+  };
+  size_t row;
+
+  for (row = 0; row < ARRAY_SIZE (rows); row++)
+    CHECKF (config_uri_names_tls_files (rows[row].uri) == rows[row].names,
+            "row %zu: %s", row, rows[row].uri);
+}
+
+/* config_set_tls: the TLS keys alone, for nbdrep (repeats replace). */
+static void
+test_set_tls (void)
+{
+  struct tls_params t;
+  char err[256];
+
+  config_tls_init (&t);
+  CHECK (t.mode == TLS_MODE_UNSET && t.verify == -1 && t.psk == NULL);
+  CHECK (config_set_tls (&t, "tls", "require", err, sizeof err) == 0);
+  CHECK (t.mode == TLS_MODE_REQUIRE);
+  CHECK (config_set_tls (&t, "tls", "off", err, sizeof err) == 0);
+  CHECK (t.mode == TLS_MODE_OFF);
+  CHECK (config_set_tls (&t, "tls-psk", "k", err, sizeof err) == 0);
+  CHECK (strcmp (t.psk, "k") == 0);
+  CHECK (config_set_tls (&t, "tls-verify", "no", err, sizeof err) == 0);
+  CHECK (t.verify == 0);
+  CHECK (config_set_tls (&t, "tls", "x", err, sizeof err) == -1);
+  CHECK (strcmp (err, "tls=x: must be off, on or require") == 0);
+  CHECK (config_set_tls (&t, "replica", "nbd://a", err, sizeof err) == 1);
+  CHECK (config_set_tls (&t, "sched", "auto", err, sizeof err) == 1);
+  CHECK (config_set_tls (&t, "tlsx", "on", err, sizeof err) == 1);
 }
 
 struct size_case {
@@ -871,6 +980,8 @@ main (void)
   test_set_cases ();
   test_small_buffers ();
   test_uris ();
+  test_uri_tls_files ();
+  test_set_tls ();
   test_sizes ();
   test_bools ();
   test_seconds ();

@@ -2,14 +2,17 @@
 /* One connection to a leg: connecting, aborting, closing.
  *
  * Life cycle: conn_connect (blocking, with a deadline: libnbd does the
- * handshake; then, unless the connection is TLS, the engine's wire
- * takes over its commands) -> conn_attach (poller.c: the volume's
- * poller drives it from now on) -> requests -> conn_shutdown (abort:
- * the socket is shut down, the wire or libnbd fails every command in
- * flight) -> conn_close (detached from the poller, nothing in flight,
- * then closed: libnbd, still in its ready state, says goodbye; the
- * socket of a connection that ended abruptly is kept by its leg until
- * the server has closed it, drain.c).
+ * handshake, TLS included (tls.c); then, unless the connection is TLS,
+ * the engine's wire takes over its commands) -> conn_attach (poller.c:
+ * the volume's poller drives it from now on) -> requests ->
+ * conn_shutdown (abort: the socket is shut down, the wire or libnbd
+ * fails every command in flight) -> conn_close (detached from the
+ * poller, nothing in flight, then closed: libnbd, still in its ready
+ * state, says goodbye; the socket of a connection that ended abruptly
+ * is kept by its leg until the server has closed it, drain.c).
+ *
+ * A connection that fails is either unreachable (retried) or refused:
+ * its TLS setup cannot work (tls.c says which from libnbd's message).
  */
 
 #include <config.h>
@@ -27,6 +30,7 @@
 
 #include "internal.h"
 #include "cleanup.h"
+#include "tls.h"
 #include "wire.h"
 
 /* Wait until the handle's socket is ready for what libnbd wants, at
@@ -90,19 +94,32 @@ use_wire (struct nbd_handle *nbd)
 
 /* Connect to the leg's URI, finishing the handshake before the
  * deadline (timeout seconds).  Returns a connection not yet attached to
- * a poller, or NULL with the reason in err.
+ * a poller, or NULL with the reason in err; then *refused (if refused
+ * is not NULL) tells a TLS setup that cannot work (the reason starts
+ * "TLS: ") from a leg that may answer later.
  */
 struct conn *
-conn_connect (struct leg *leg, double timeout, char *err, size_t errlen)
+conn_connect (struct leg *leg, double timeout, bool *refused,
+              char *err, size_t errlen)
 {
   struct conn *c;
   struct nbd_handle *nbd;
   uint64_t deadline = now_ns () + (uint64_t) (timeout * 1e9);
+  bool tls_wrong = false;
+  const char *msg;
+  char why[256];
 
   nbd = nbd_create ();
   if (nbd == NULL) {
     snprintf (err, errlen, "nbd_create: %s", nbd_get_error ());
-    return NULL;
+    goto out;
+  }
+  if (tls_setup_handle (nbd, &leg->v->cfg.tls, leg->uri, why,
+                        sizeof why) == -1) {
+    tls_wrong = true;
+    snprintf (err, errlen, "TLS: %s", why);
+    nbd_close (nbd);
+    goto out;
   }
   if (nbd_add_meta_context (nbd, LIBNBD_CONTEXT_BASE_ALLOCATION) == -1 ||
       nbd_set_pread_initialize (nbd, false) == -1 ||
@@ -117,7 +134,7 @@ conn_connect (struct leg *leg, double timeout, char *err, size_t errlen)
     if (now >= deadline) {
       snprintf (err, errlen, "connection timed out after %gs", timeout);
       nbd_close (nbd);
-      return NULL;
+      goto out;
     }
     if (step_connect (nbd, (int) ((deadline - now) / 1000000) + 1) == -1)
       goto fail;
@@ -127,7 +144,7 @@ conn_connect (struct leg *leg, double timeout, char *err, size_t errlen)
   if (c == NULL) {
     snprintf (err, errlen, "calloc: %s", strerror (errno));
     nbd_close (nbd);
-    return NULL;
+    goto out;
   }
   /* Our own descriptor of the socket: libnbd closes its descriptor
    * when the connection dies, and that number may then be reused by
@@ -139,7 +156,7 @@ conn_connect (struct leg *leg, double timeout, char *err, size_t errlen)
     snprintf (err, errlen, "dup: %s", strerror (errno));
     free (c);
     nbd_close (nbd);
-    return NULL;
+    goto out;
   }
   c->leg = leg;
   c->nbd = nbd;
@@ -152,16 +169,23 @@ conn_connect (struct leg *leg, double timeout, char *err, size_t errlen)
       close (c->fd);
       free (c);
       nbd_close (nbd);
-      return NULL;
+      goto out;
     }
   }
-  nbdkit_debug ("%s: connected, commands through %s", leg->uri,
+  nbdkit_debug ("%s: connected%s, commands through %s", leg->uri,
+                nbd_get_tls_negotiated (nbd) == 1 ? " with TLS" : "",
                 c->wire ? "the engine's wire" : "libnbd");
   return c;
 
  fail:
-  snprintf (err, errlen, "%s", nbd_get_error ());
+  msg = nbd_get_error ();
+  tls_wrong = msg != NULL && tls_refusal (msg);
+  snprintf (err, errlen, "%s%s", tls_wrong ? "TLS: " : "",
+            msg ? msg : "the connection ended");
   nbd_close (nbd);
+ out:
+  if (refused)
+    *refused = tls_wrong;
   return NULL;
 }
 

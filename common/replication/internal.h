@@ -193,7 +193,8 @@ struct leg {
   char last_error[256];
   int slot;                 /* metadata slot, -1 = none yet */
   uint8_t uuid[16];         /* leg UUID, zero = not known */
-  bool refused;             /* not usable (another volume ...): retried */
+  bool refused;             /* not usable (TLS, another volume ...):
+                               retried slowly (monitor.c) */
   bool want_full;           /* stale: the resync to start is full */
   bool force_full;          /* the operator asked for a full resync */
   bool held;                /* stale, held out as a backup's source */
@@ -214,11 +215,15 @@ struct leg {
 /* ---- the volume ----------------------------------------------------- */
 
 #define WCOUNT_STRIPES 8
+#define NR_FILE_PARAMS 3
 
 struct volume {
   enum engine_shape shape;
   struct config cfg;
-  char *control_path;           /* cfg.control made absolute (owned) */
+  /* control=, tls-certificates= and tls-psk= made absolute (owned;
+   * cfg points to them).
+   */
+  char *file_params[NR_FILE_PARAMS];
   const struct local_ops *local_ops;
   void *local_opaque;
 
@@ -377,7 +382,7 @@ extern int select_read_leg (enum read_policy policy, uint16_t candidates,
 
 /* conn.c */
 extern struct conn *conn_connect (struct leg *leg, double timeout,
-                                  char *err, size_t errlen);
+                                  bool *refused, char *err, size_t errlen);
 extern void conn_shutdown (struct conn *c);
 extern void conn_close (struct conn *c);
 
@@ -418,7 +423,8 @@ extern enum thread_sched sched_next (enum thread_sched cur, bool lone,
 extern void sched_adapt (bool lone, unsigned depth);
 
 /* leg.c */
-extern int leg_open (struct leg *l, double wait, char *err, size_t errlen);
+extern int leg_open (struct leg *l, double wait, bool *refused,
+                     char *err, size_t errlen);
 extern void leg_shutdown (struct leg *l);
 extern void leg_close (struct leg *l);
 extern int leg_attach (struct leg *l);

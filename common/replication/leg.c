@@ -118,10 +118,11 @@ read_local_caps (struct leg *l, char *err, size_t errlen)
 }
 
 /* Connect the first connection, retrying until wait seconds have
- * passed (a replica may still be starting).
+ * passed (a replica may still be starting), but not after a refusal.
  */
 static struct conn *
-connect_first (struct leg *l, double wait, char *err, size_t errlen)
+connect_first (struct leg *l, double wait, bool *refused,
+               char *err, size_t errlen)
 {
   uint64_t deadline = now_ns () + (uint64_t) (wait * 1e9);
   struct conn *c;
@@ -132,8 +133,8 @@ connect_first (struct leg *l, double wait, char *err, size_t errlen)
 
     if (remaining > 0 && remaining < attempt)
       attempt = remaining;
-    c = conn_connect (l, attempt, err, errlen);
-    if (c != NULL || now_ns () >= deadline)
+    c = conn_connect (l, attempt, refused, err, errlen);
+    if (c != NULL || *refused || now_ns () >= deadline)
       return c;
     nanosleep (&(struct timespec) { .tv_nsec = 200000000 }, NULL);
   }
@@ -149,12 +150,13 @@ add_conn (struct leg *l, struct conn *c)
 
 /* Open the connections of an NBD leg. */
 static int
-open_nbd (struct leg *l, double wait, char *err, size_t errlen)
+open_nbd (struct leg *l, double wait, bool *refused, char *err,
+          size_t errlen)
 {
   unsigned want = l->v->cfg.connections;
   struct conn *c;
 
-  c = connect_first (l, wait, err, errlen);
+  c = connect_first (l, wait, refused, err, errlen);
   if (c == NULL)
     return -1;
   add_conn (l, c);
@@ -163,7 +165,7 @@ open_nbd (struct leg *l, double wait, char *err, size_t errlen)
   if (!l->caps.can_multi_conn)
     want = 1;
   while (l->nr_conns < want) {
-    c = conn_connect (l, l->v->cfg.timeout, err, errlen);
+    c = conn_connect (l, l->v->cfg.timeout, refused, err, errlen);
     if (c == NULL)
       goto fail;
     add_conn (l, c);
@@ -177,16 +179,20 @@ open_nbd (struct leg *l, double wait, char *err, size_t errlen)
 
 /* Connect to a leg and learn its capabilities, waiting up to wait
  * seconds for it to answer.  On success the leg is open (workers may
- * enter it once its pollers run).
+ * enter it once its pollers run).  On failure *refused tells a TLS
+ * setup that cannot work (conn_connect) from a leg that may answer
+ * later.
  */
 int
-leg_open (struct leg *l, double wait, char *err, size_t errlen)
+leg_open (struct leg *l, double wait, bool *refused, char *err,
+          size_t errlen)
 {
   int r;
 
+  *refused = false;
   memset (&l->caps, 0, sizeof l->caps);
   r = l->local ? read_local_caps (l, err, errlen)
-               : open_nbd (l, wait, err, errlen);
+               : open_nbd (l, wait, refused, err, errlen);
   if (r == -1)
     return -1;
   atomic_fetch_add (&l->epoch, 1);

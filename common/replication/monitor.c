@@ -3,8 +3,13 @@
  * and starts resyncs.
  *
  * A failed leg is retried with exponential backoff (1 s doubling to
- * MAX_BACKOFF).  Its old connections are closed first (leg_close waits
- * until no request can still reach them).  Once it answers, its
+ * MAX_BACKOFF); one that refused (a TLS setup that cannot work, a leg
+ * of another volume ...) every REFUSED_RETRY seconds only: it needs
+ * the operator, who fixes it (a key file, the leg's storage) and then
+ * need not wait: `nbdrep resync CTL INDEX` tries again at once, and
+ * the leg comes back by itself within REFUSED_RETRY.  Every refused
+ * attempt is logged.  Its old connections are closed first (leg_close
+ * waits until no request can still reach them).  Once it answers, its
  * superblock decides what it is to a running controller, which never
  * re-elects: it is uptodate only if it holds exactly the volume's
  * current generation and its slot is a member of it (it was the last
@@ -34,6 +39,7 @@
 #include "cleanup.h"
 
 #define MAX_BACKOFF 30
+#define REFUSED_RETRY 60
 
 /* Schedule the next reconnection attempt of a failed leg, doubling
  * the delay.  v->lock held.
@@ -222,21 +228,22 @@ old_connections_open (struct volume *v, struct leg *l, char *err, size_t len)
 
 /* Connect a leg and judge it.  On V_REFUSE or V_UNREACHABLE the leg
  * is closed again and err says why.  A leg whose aborted connections
- * its server has not closed yet is unreachable (see drain.c).  v->lock
- * not held.
+ * its server has not closed yet is unreachable (see drain.c); one whose
+ * TLS setup cannot work is refused.  v->lock not held.
  */
 enum verdict
 monitor_examine_leg (struct volume *v, struct leg *l, char *err, size_t len)
 {
   enum verdict verdict;
+  bool refused = false;
 
   leg_close (l);
   if (old_connections_open (v, l, err, len))
     return V_UNREACHABLE;
-  if (leg_open (l, 0, err, len) == -1 || leg_attach (l) == -1 ||
+  if (leg_open (l, 0, &refused, err, len) == -1 || leg_attach (l) == -1 ||
       (v->metadata && meta_alloc_leg (v, l) == -1)) {
     leg_close (l);
-    return V_UNREACHABLE;
+    return refused ? V_REFUSE : V_UNREACHABLE;
   }
   verdict = judge_returning_leg (v, l, err, len);
   if (verdict == V_REFUSE || verdict == V_UNREACHABLE)
@@ -276,7 +283,9 @@ monitor_apply_verdict (struct volume *v, struct leg *l, enum verdict verdict)
   return 0;
 }
 
-/* A reconnection failed: remember why and back off. */
+/* A reconnection failed: remember why and back off (see the design
+ * note).
+ */
 static void
 reconnect_failed (struct volume *v, struct leg *l, const char *why,
                   bool refused)
@@ -284,7 +293,10 @@ reconnect_failed (struct volume *v, struct leg *l, const char *why,
   leg_set_error (l, "%s", why);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
   l->refused = refused;
-  leg_back_off_locked (l);
+  if (refused)
+    l->next_attempt_ns = now_ns () + REFUSED_RETRY * UINT64_C (1000000000);
+  else
+    leg_back_off_locked (l);
 }
 
 /* How long a reconnection waits in place for a server to close the

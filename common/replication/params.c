@@ -52,6 +52,8 @@ enum key {
   KEY_RESYNC_RATE, KEY_RESYNC_MIN_RATE, KEY_VERIFY_RATE, KEY_INIT, KEY_WAIT, KEY_FORCE,
   KEY_PREFER, KEY_METADATA, KEY_UBLK, KEY_UBLK_QUEUES, KEY_UBLK_DEPTH,
   KEY_UBLK_KEEP, KEY_SCHED,
+  /* The TLS keys, together (config_set_tls). */
+  KEY_TLS, KEY_TLS_CERTIFICATES, KEY_TLS_VERIFY, KEY_TLS_USERNAME, KEY_TLS_PSK,
   NR_KEYS
 };
 
@@ -81,6 +83,11 @@ static const char *const key_names[NR_KEYS] = {
   [KEY_UBLK_DEPTH] = "ublk-depth",
   [KEY_UBLK_KEEP] = "ublk-keep",
   [KEY_SCHED] = "sched",
+  [KEY_TLS] = "tls",
+  [KEY_TLS_CERTIFICATES] = "tls-certificates",
+  [KEY_TLS_VERIFY] = "tls-verify",
+  [KEY_TLS_USERNAME] = "tls-username",
+  [KEY_TLS_PSK] = "tls-psk",
 };
 
 static const char *const read_names[] = {
@@ -393,6 +400,53 @@ find_key (const char *key)
   return -1;
 }
 
+/* Set a string field from a value that must not be empty. */
+static int
+set_nonempty (const char *key, const char *value, const char **dst,
+              char *err, size_t errlen)
+{
+  if (value[0] == '\0')
+    return msg_bad_value (err, errlen, key, value, "must not be empty");
+  *dst = value;
+  return 0;
+}
+
+/* Parse and store the value of TLS key k: tls= is require or a
+ * boolean (on, off ...), as in nbdkit-nbd-plugin.
+ */
+static int
+set_tls_key (struct tls_params *t, enum key k, const char *key,
+             const char *value, char *err, size_t errlen)
+{
+  bool b = false;
+
+  switch (k) {
+  case KEY_TLS:
+    if (strcasecmp (value, "require") == 0) {
+      t->mode = TLS_MODE_REQUIRE;
+      return 0;
+    }
+    if (set_bool (key, value, &b, NULL, 0) == -1)
+      return msg_bad_value (err, errlen, key, value,
+                            "must be off, on or require");
+    t->mode = b ? TLS_MODE_ON : TLS_MODE_OFF;
+    return 0;
+  case KEY_TLS_CERTIFICATES:
+    return set_nonempty (key, value, &t->certificates, err, errlen);
+  case KEY_TLS_VERIFY:
+    if (set_bool (key, value, &b, err, errlen) == -1)
+      return -1;
+    t->verify = b;
+    return 0;
+  case KEY_TLS_USERNAME:
+    return set_nonempty (key, value, &t->username, err, errlen);
+  case KEY_TLS_PSK:
+    return set_nonempty (key, value, &t->psk, err, errlen);
+  default:
+    abort ();
+  }
+}
+
 /* Parse and store the value of key k. */
 static int
 set_key (struct config *c, enum key k, const char *key, const char *value,
@@ -474,6 +528,9 @@ set_key (struct config *c, enum key k, const char *key, const char *value,
                          err, errlen);
   case KEY_UBLK_KEEP:
     return set_bool (key, value, &c->ublk_keep, err, errlen);
+  case KEY_TLS: case KEY_TLS_CERTIFICATES: case KEY_TLS_VERIFY:
+  case KEY_TLS_USERNAME: case KEY_TLS_PSK:
+    return set_tls_key (&c->tls, k, key, value, err, errlen);
   case NR_KEYS:
     break;
   }
@@ -506,6 +563,31 @@ config_init (struct config *c, bool local_leg0)
   c->ublk_id = -1;
   c->ublk_queues = 1;
   c->ublk_depth = 128;
+  config_tls_init (&c->tls);
+}
+
+/* The defaults of the TLS keys: none given. */
+void
+config_tls_init (struct tls_params *t)
+{
+  memset (t, 0, sizeof *t);
+  t->mode = TLS_MODE_UNSET;
+  t->verify = -1;
+}
+
+/* Apply one TLS key alone (nbdrep's --tls options): 0, -1 with a
+ * message, or 1 if the key is not a TLS key.  A repeat replaces.
+ */
+int
+config_set_tls (struct tls_params *t, const char *key, const char *value,
+                char *err, size_t errlen)
+{
+  int k = find_key (key);
+
+  msg_clear (err, errlen);
+  if (k < KEY_TLS || k > KEY_TLS_PSK)
+    return 1;
+  return set_tls_key (t, k, key, value, err, errlen);
 }
 
 /* Apply key=value: 0, -1 with a message, or 1 if the key is not ours. */

@@ -23,6 +23,22 @@ enum init_mode { INIT_NONE, INIT_COPY, INIT_ZERO, INIT_ASSUME_CLEAN };
 enum metadata_mode { METADATA_INTERNAL, METADATA_NONE };
 enum sched_mode { SCHED_MODE_AUTO, SCHED_MODE_KEEP };
 
+/* TLS to the NBD legs, named as nbdkit-nbd-plugin's parameters (tls.c
+ * applies them to a libnbd handle).  The modes are libnbd's
+ * LIBNBD_TLS_DISABLE, _ALLOW and _REQUIRE; TLS_MODE_UNSET becomes on
+ * if another tls key is given, else off.
+ */
+enum tls_mode { TLS_MODE_UNSET = -1, TLS_MODE_OFF, TLS_MODE_ON,
+                TLS_MODE_REQUIRE };
+
+struct tls_params {
+  enum tls_mode mode;           /* tls= */
+  const char *certificates;     /* tls-certificates=DIR or NULL */
+  int verify;                   /* tls-verify=: 1, 0, or -1 (libnbd's: on) */
+  const char *username;         /* tls-username= or NULL */
+  const char *psk;              /* tls-psk=FILE or NULL */
+};
+
 struct config {
   const char *uris[MAX_LEGS];   /* NBD legs in command-line order */
   size_t nr_uris;
@@ -56,6 +72,8 @@ struct config {
   unsigned ublk_depth;
   bool ublk_keep;               /* a clean stop keeps the device */
 
+  struct tls_params tls;        /* for every NBD leg (a URI may override) */
+
   /* Which keys were given, to reject repeats of single-valued ones. */
   uint32_t seen;
 };
@@ -71,6 +89,17 @@ extern void config_init (struct config *c, bool local_leg0);
 extern int config_set (struct config *c, const char *key, const char *value,
                        char *err, size_t errlen);
 
+/* The defaults of the TLS parameters (no TLS). */
+extern void config_tls_init (struct tls_params *t);
+
+/* Apply one TLS key (tls, tls-certificates, tls-verify, tls-username,
+ * tls-psk) to t, as config_set does (nbdrep's --tls options use it
+ * alone).  Returns 0, -1 with a message, or 1 if key is not one of
+ * them.
+ */
+extern int config_set_tls (struct tls_params *t, const char *key,
+                           const char *value, char *err, size_t errlen);
+
 /* Cross-check after the last key.  Returns 0 or -1 with a message. */
 extern int config_check (struct config *c, char *err, size_t errlen);
 
@@ -81,6 +110,11 @@ extern size_t config_nr_legs (const struct config *c);
  * or -1 with a message saying what is wrong.
  */
 extern int config_check_uri (const char *uri, char *err, size_t errlen);
+
+/* Does a URI name its own TLS credentials with libnbd's
+ * tls-certificates= or tls-psk-file= query parameters?
+ */
+extern bool config_uri_names_tls_files (const char *uri);
 
 /* Do two URIs name the same leg (same server and export)? */
 extern bool config_same_leg (const char *a, const char *b);
@@ -126,6 +160,11 @@ extern const char *init_mode_name (enum init_mode m);
   "ublk=ID                    Also serve /dev/ublkbID from the engine.\n" \
   "ublk-queues=N, ublk-depth=N  ublk queues and depth.\n" \
   "ublk-keep=BOOL             A clean stop keeps /dev/ublkbID for the next controller.\n" \
-  "sched=auto|keep            Threads at queue depth run SCHED_BATCH (default auto)."
+  "sched=auto|keep            Threads at queue depth run SCHED_BATCH (default auto).\n" \
+  "tls=off|on|require         TLS to the legs (default off; on if another tls key is given).\n" \
+  "tls-certificates=DIR       X.509 CA and client certificate for the legs.\n" \
+  "tls-verify=BOOL            Check the legs' certificates (default true).\n" \
+  "tls-username=NAME          User name for TLS (default: the login name).\n" \
+  "tls-psk=FILE               Pre-shared keys for TLS to the legs."
 
 #endif /* REPLICATE_PARAMS_H */

@@ -464,7 +464,7 @@ open_conns (struct leg *l, struct conn **conns)
   if (l->local)
     return 0;
   for (i = 0; i < LANES; ++i) {
-    conns[i] = conn_connect (l, l->v->cfg.timeout, err, sizeof err);
+    conns[i] = conn_connect (l, l->v->cfg.timeout, NULL, err, sizeof err);
     if (conns[i] == NULL || conn_attach (conns[i], l->v->poller) == -1) {
       leg_set_error (l, "resync connection: %s", err);
       return -1;

@@ -8,6 +8,9 @@
  * it opens; engine_start_threads later restarts them after nbdkit has
  * forked (threads do not survive a fork, connections do).
  *
+ * A leg that refuses (its TLS setup cannot work: conn.c, tls.c) stops
+ * the start at once, naming it with libnbd's reason.
+ *
  * With metadata=internal (section 6 of DESIGN.md): read every reachable
  * leg's superblock, waiting up to wait= for the others as long as the
  * election asks for them; then either create a new volume or take the
@@ -40,26 +43,35 @@
 #include "cleanup.h"
 
 /* Try once to open every leg that is not open yet, and start the
- * pollers of those that open.  Records why a leg did not open.
+ * pollers of those that open.  Records why a leg did not open, and
+ * whether it refused.  Returns -1 after nbdkit_error if one refused (a
+ * TLS setup that cannot work): waiting for it is pointless, and
+ * starting without it would hide a configuration error.
  */
-static void
+static int
 open_some_legs (struct volume *v)
 {
-  char err[256];
+  char err[256], name[160];
   size_t i;
 
   for (i = 0; i < v->nr_legs; ++i) {
     struct leg *l = &v->legs[i];
     if (atomic_load (&l->open))
       continue;
-    if (leg_open (l, 0, err, sizeof err) == -1) {
+    if (leg_open (l, 0, &l->refused, err, sizeof err) == -1) {
       snprintf (l->last_error, sizeof l->last_error, "%s", err);
+      if (l->refused) {
+        nbdkit_error ("cannot start the volume: %s refused: %s",
+                      leg_name (l, name, sizeof name), err);
+        return -1;
+      }
       continue;
     }
     l->last_error[0] = '\0';
     if (leg_attach (l) == -1)
       leg_close (l);
   }
+  return 0;
 }
 
 /* Legs that are open. */
@@ -188,7 +200,8 @@ open_and_elect (struct volume *v, struct elect_input *in,
   for (;;) {
     uint16_t now_open;
 
-    open_some_legs (v);
+    if (open_some_legs (v) == -1)
+      return -1;
     now_open = open_legs (v);
     for (i = 0; i < v->nr_legs; ++i)
       if ((now_open & ~seen) & (1u << i))
@@ -750,7 +763,8 @@ start_without_metadata (struct volume *v)
   size_t i;
 
   for (;;) {
-    open_some_legs (v);
+    if (open_some_legs (v) == -1)
+      return -1;
     if (open_legs (v) == all || now_ns () >= deadline)
       break;
     short_sleep ();

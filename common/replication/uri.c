@@ -5,10 +5,13 @@
  * Checking (messages start "replica=URI: ").  The schemes are libnbd's,
  * lowercase: nbd and nbds take [USER@]HOST[:PORT] with HOST a name,
  * IPv4 or [IPv6[%25ZONE]] and PORT 1..65535; nbd+unix and nbds+unix
- * take an empty authority and ?socket=PATH, absolute and at most 107
- * bytes once %-decoded; nbd+vsock and nbds+vsock take [USER@]CID[:PORT],
- * both 32-bit numbers.  The path is empty, "/" or "/EXPORT"; query
- * parameters other than socket= are libnbd's business; a fragment,
+ * take [USER@] (a TLS user name) and otherwise an empty authority, and
+ * ?socket=PATH, absolute and at most 107 bytes once %-decoded;
+ * nbd+vsock and nbds+vsock take [USER@]CID[:PORT], both 32-bit
+ * numbers.  The path is empty, "/" or "/EXPORT".  libnbd's
+ * tls-certificates= and tls-psk-file= must be absolute paths (libnbd
+ * opens them at every connection, and nbdkit in the background runs in
+ * "/"); other query parameters are libnbd's business.  A fragment,
  * whitespace, control characters and a '%' without two hex digits are
  * refused.
  *
@@ -61,6 +64,7 @@ struct uri_parts {
   uint64_t port;                /* TCP and vsock */
   struct span socket;           /* Unix: socket= value (p NULL if absent) */
   struct span export;           /* the path without its '/' */
+  bool tls_files;               /* tls-certificates= or tls-psk-file= */
 };
 
 /* Is c an unreserved URI character (RFC 3986)? */
@@ -260,8 +264,8 @@ parse_vsock_authority (const char *uri, struct span a, struct uri_parts *u,
                      VSOCK_MAX, &u->port, err, errlen);
 }
 
-/* Check a Unix URI: an empty authority and an absolute socket= path
- * that fits in a socket address.
+/* Check a Unix URI: no authority but a user name, and an absolute
+ * socket= path that fits in a socket address.
  */
 static int
 check_unix (const char *uri, struct span a, const struct uri_parts *u,
@@ -269,10 +273,12 @@ check_unix (const char *uri, struct span a, const struct uri_parts *u,
 {
   const char *scheme = schemes[u->scheme];
 
+  if (strip_userinfo (uri, &a, err, errlen) == -1)
+    return -1;
   if (a.len > 0)
     return bad_uri (err, errlen, uri,
                     "%s takes no host ('%.*s'): expected "
-                    "%s:///[EXPORT]?socket=PATH", scheme,
+                    "%s://[USER@]/[EXPORT]?socket=PATH", scheme,
                     (int) a.len, a.p, scheme);
   if (u->socket.p == NULL)
     return bad_uri (err, errlen, uri,
@@ -291,27 +297,64 @@ check_unix (const char *uri, struct span a, const struct uri_parts *u,
   return 0;
 }
 
-/* Find socket= in a query (parameters separated by '&'). */
+/* If the parameter param (its length len) is NAME=VALUE, VALUE. */
+static bool
+param_value (const char *param, size_t len, const char *name,
+             struct span *value)
+{
+  size_t n = strlen (name);
+
+  if (len < n + 1 || strncmp (param, name, n) != 0 || param[n] != '=')
+    return false;
+  *value = (struct span) { param + n + 1, len - n - 1 };
+  return true;
+}
+
+/* Check libnbd's TLS file parameter in param (its length len), if it
+ * is one: an absolute path.
+ */
+static int
+check_tls_file (const char *uri, const char *param, size_t len,
+                struct uri_parts *u, char *err, size_t errlen)
+{
+  static const char *const names[] = { "tls-certificates", "tls-psk-file" };
+  struct span value;
+  size_t i;
+
+  for (i = 0; i < ARRAY_SIZE (names); i++)
+    if (param_value (param, len, names[i], &value)) {
+      u->tls_files = true;
+      if (value.len == 0 || decoded_first (value) != '/')
+        return bad_uri (err, errlen, uri,
+                        "%.*s is not an absolute path", (int) len, param);
+    }
+  return 0;
+}
+
+/* Find socket= and libnbd's TLS files in a query (parameters separated
+ * by '&').
+ */
 static int
 parse_query (const char *uri, struct span q, struct uri_parts *u,
              char *err, size_t errlen)
 {
-  static const char socket_eq[] = "socket=";
-  const size_t n = sizeof socket_eq - 1;
   const char *p = q.p, *end = q.p + q.len;
+  struct span value;
 
   while (p < end) {
     const char *amp = memchr (p, '&', end - p);
-    const char *next = amp ? amp : end;
+    size_t len = (amp ? amp : end) - p;
 
-    if ((size_t) (next - p) >= n && strncmp (p, socket_eq, n) == 0) {
+    if (param_value (p, len, "socket", &value)) {
       if (u->transport != TRANSPORT_UNIX)
         return bad_uri (err, errlen, uri,
                         "socket= is only for nbd+unix and nbds+unix");
       if (u->socket.p != NULL)
         return bad_uri (err, errlen, uri, "socket= given twice");
-      u->socket = (struct span) { p + n, next - p - n };
+      u->socket = value;
     }
+    else if (check_tls_file (uri, p, len, u, err, errlen) == -1)
+      return -1;
     p = amp ? amp + 1 : end;
   }
   return 0;
@@ -382,6 +425,18 @@ config_check_uri (const char *uri, char *err, size_t errlen)
   struct uri_parts u;
 
   return parse_uri (uri, &u, err, errlen);
+}
+
+/* Does a URI's query name libnbd's TLS files (whatever else is wrong
+ * with the URI: nbdrep's URIs are not checked, and may be relative)?
+ */
+bool
+config_uri_names_tls_files (const char *uri)
+{
+  struct uri_parts u;
+
+  parse_uri (uri, &u, NULL, 0);
+  return u.tls_files;
 }
 
 /* Are two spans equal (ignoring ASCII case if asked)? */

@@ -21,6 +21,7 @@
 #include <libnbd.h>
 
 #include "internal.h"
+#include "params-text.h"
 #include "al.h"
 #include "control.h"
 #include "verify.h"
@@ -88,7 +89,8 @@ engine_free (struct volume *v)
     }
     free (v->bm_seq[i]);
   }
-  free (v->control_path);
+  for (i = 0; i < NR_FILE_PARAMS; ++i)
+    free (v->file_params[i]);
   al_free (v->al);
   ublk_free (v->ublk);
   poller_free (v->poller);
@@ -102,23 +104,33 @@ engine_free (struct volume *v)
   free (v);
 }
 
-/* One key=value (see engine.h).  control=PATH is made absolute here,
- * before nbdkit forks into the background and changes to "/" (a repeat
- * is passed on as given, for config_set to refuse).
+/* The parameters naming files, in the order of v->file_params. */
+static const char *const file_keys[] = {
+  "control", "tls-certificates", "tls-psk",
+};
+
+_Static_assert (ARRAY_SIZE (file_keys) == NR_FILE_PARAMS,
+                "a slot in v->file_params for each file key");
+
+/* One key=value (see engine.h).  The files (file_keys) are made
+ * absolute here, before nbdkit forks into the background and changes
+ * to "/" (a repeat is passed on as given, for config_set to refuse).
  */
 int
 engine_config (struct volume *v, const char *key, const char *value)
 {
   char err[512];
+  size_t i;
   int r;
 
-  if (strcmp (key, "control") == 0 && value[0] != '\0' &&
-      v->control_path == NULL) {
-    v->control_path = nbdkit_absolute_path (value);
-    if (v->control_path == NULL)
-      return -1;
-    value = v->control_path;
-  }
+  for (i = 0; i < NR_FILE_PARAMS; ++i)
+    if (strcmp (key, file_keys[i]) == 0 && value[0] != '\0' &&
+        v->file_params[i] == NULL) {
+      v->file_params[i] = nbdkit_absolute_path (value);
+      if (v->file_params[i] == NULL)
+        return -1;
+      value = v->file_params[i];
+    }
   r = config_set (&v->cfg, key, value, err, sizeof err);
   if (r == -1)
     nbdkit_error ("%s", err);
@@ -287,6 +299,7 @@ engine_dump (void (*print) (const char *key, const char *value))
 
   if (nbd) {
     print ("libnbd_version", nbd_get_version (nbd));
+    print ("libnbd_tls", nbd_supports_tls (nbd) ? "1" : "0");
     nbd_close (nbd);
   }
   snprintf (n, sizeof n, "%d", MAX_LEGS);
