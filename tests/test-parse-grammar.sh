@@ -11,6 +11,8 @@
 #     (nbdrep's own grammar, then the controller's): accepted iff nbdkit
 #     accepts it, with the value nbdkit reads;
 #   - a boolean as the plugin's force= (refused iff nbdkit refuses it).
+# (In a sanitizer build, where a controller takes a second to start,
+# only every third size goes through the command line.)
 # The tables must also say what nbdkit does (accepted or not), so a row
 # cannot drift from nbdkit unnoticed.  Before sizes went through
 # nbdkit's grammar, 64MiB was accepted and 1s refused.
@@ -57,12 +59,26 @@ nbdkit_size ()
 
 # plugin_refuses KEY VALUE: does the plugin refuse KEY=VALUE?  (Started
 # with a leg that does not exist and wait=0: a value it takes fails
-# later, at start, with a message that does not name KEY.)
+# later, at start, with "cannot start the volume"; anything else, e.g.
+# a plugin that does not load, fails the test.)
 plugin_refuses ()
 {
-  local out
-  out=$("$NBDKIT" -U - "$PLUGIN" "$none" wait=0 "$1=$2" --run true 2>&1) || true
-  grep -qF "$1=" <<<"$out"
+  local log=$tmpdir/plugin.log
+  local -a preload=()
+  if [ "$SANITIZER" != no ]; then
+    preload=(env "LD_PRELOAD=$(_sanitizer_runtime)")
+  fi
+  run_bounded "$log" 'cannot start the volume|error: .*=' 30 \
+    "${preload[@]}" "$NBDKIT" -f -U "$tmpdir/p.sock" "$PLUGIN" "$none" \
+    wait=0 "$1=$2" || true
+  if grep -qF "$1=" "$log"; then
+    return 0
+  fi
+  grep -q 'cannot start the volume' "$log" || {
+    echo "$0: unexpected output for $1=$2: $(cat "$log")" >&2
+    exit 1
+  }
+  return 1
 }
 
 failures=0
@@ -80,9 +96,11 @@ while IFS=$'\x1f' read -r str ok; do
   if [ "$ref" = refused ]; then nbdkit_ok=0; else nbdkit_ok=1; fi
   [ "$ok" = "$nbdkit_ok" ] ||
     fail "size table row '$str' says accepted=$ok, nbdkit says $ref"
-  if plugin_refuses verify-rate "$str"; then plugin_ok=0; else plugin_ok=1; fi
-  [ "$plugin_ok" = "$nbdkit_ok" ] ||
-    fail "verify-rate='$str': plugin accepted=$plugin_ok, nbdkit $ref"
+  if [ "$SANITIZER" = no ] || [ $(( n % 3 )) -eq 0 ]; then
+    if plugin_refuses verify-rate "$str"; then plugin_ok=0; else plugin_ok=1; fi
+    [ "$plugin_ok" = "$nbdkit_ok" ] ||
+      fail "verify-rate='$str': plugin accepted=$plugin_ok, nbdkit $ref"
+  fi
   if "$NBDREP" set "$ctl" verify-rate "$str" >/dev/null 2>&1; then
     got=$(nbdrep_status_get "$ctl" "s['volume']['verify_rate']")
     [ "$ref" = "$got" ] ||

@@ -57,7 +57,7 @@ start_replica 4 --memory 32M --port "$port" -- --tls=require \
 
 failed_cases=()
 
-# refused NAME LEG TEXT ARGS...: nbdkit -f ARGS... must exit non-zero
+# refused NAME LEG TEXT ARGS...: nbdkit -f ARGS... must fail
 # before serving, its log saying that leg LEG (its "leg N (URI)" name) was
 # refused, with TLS and TEXT (a fixed string) in the reason.  A case that
 # fails is recorded and the test goes on.
@@ -65,8 +65,8 @@ refused ()
 {
   local name=$1 leg=$2 text=$3 log=$tmpdir/refused-$1.log rc=0
   shift 3
-  timeout -k 5 60 "${nbdkit_cmd[@]}" -f -U "$tmpdir/refused.sock" "$@" \
-    wait=30 </dev/null >"$log" 2>&1 || rc=$?
+  run_bounded "$log" 'cannot start the volume' 60 \
+    "${nbdkit_cmd[@]}" -f -U "$tmpdir/refused.sock" "$@" wait=30 || rc=$?
   cat "$log"
   if [ "$rc" -eq 0 ] ||
      ! grep -F "cannot start the volume: $leg refused: TLS: " "$log" |
