@@ -24,7 +24,10 @@ requires_plugin file
 requires_nbdsh
 requires_nbdinfo
 requires python3 -c 'import json'
+source "$abs_top_srcdir/tests/fault-functions.sh"
 source "$abs_top_srcdir/tests/tls-functions.sh"
+
+MiB=1048576
 
 psk=$tmpdir/keys.psk
 make_psk "$psk" alice
@@ -47,8 +50,8 @@ start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" "$uri_bob2" \
 wait_volume_state 30 "$ctl" healthy
 size=$("$NBDINFO" --size "$c_uri")
 truncate -s "$size" "$tmpdir/expected"
-write_random 0 2M "$tmpdir/expected" "$c_uri"
-write_random $(( 9 * 1024 * 1024 + 4096 )) 1M "$tmpdir/expected" "$c_uri"
+write_random "$c_uri" "$tmpdir/expected" 0 $(( 2 * MiB ))
+write_random "$c_uri" "$tmpdir/expected" $(( 9 * MiB + 4096 )) $(( 1 * MiB ))
 compare_legs "$tmpdir/expected" "$c_uri" "$(uri_alice 0)" "$(uri_alice 1)" \
   "$uri_bob2"
 # Three legs, connections=4 each: every connection negotiated TLS.
@@ -56,7 +59,7 @@ test "$(tls_connections "$tmpdir/c.log")" -ge 12
 
 # A leg killed, written around, restarted: resynced over TLS.
 kill_replica 1
-write_random $(( 4 * 1024 * 1024 )) 2M "$tmpdir/expected" "$c_uri"
+write_random "$c_uri" "$tmpdir/expected" $(( 4 * MiB )) $(( 2 * MiB ))
 wait_leg_state 10 "$ctl" 1 failed
 restart_replica 1
 wait_leg_state 30 "$ctl" 1 uptodate
@@ -91,7 +94,7 @@ start_controller f --filter="$FILTER" file "$tmpdir/local.img" \
 wait_volume_state 30 "$fctl" healthy
 size=$("$NBDINFO" --size "$f_uri")
 truncate -s "$size" "$tmpdir/fexpected"
-write_random 4096 3M "$tmpdir/fexpected" "$f_uri"
+write_random "$f_uri" "$tmpdir/fexpected" 4096 $(( 3 * MiB ))
 compare_legs "$tmpdir/fexpected" "$f_uri" "$tmpdir/local.img" \
   "$(uri_alice 3)" "$(uri_alice 4)"
 test "$(tls_connections "$tmpdir/f.log")" -ge 8

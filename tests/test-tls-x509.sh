@@ -24,7 +24,10 @@ requires_plugin file
 requires_nbdsh
 requires_nbdinfo
 requires python3 -c 'import json'
+source "$abs_top_srcdir/tests/fault-functions.sh"
 source "$abs_top_srcdir/tests/tls-functions.sh"
+
+MiB=1048576
 
 make_ca "$tmpdir/ca"
 make_cert "$tmpdir/ca" "$tmpdir/srv" server
@@ -51,7 +54,7 @@ start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" \
 wait_volume_state 30 "$ctl" healthy
 size=$("$NBDINFO" --size "$c_uri")
 truncate -s "$size" "$tmpdir/expected"
-write_random 65536 3M "$tmpdir/expected" "$c_uri"
+write_random "$c_uri" "$tmpdir/expected" 65536 $(( 3 * MiB ))
 compare_legs "$tmpdir/expected" "$c_uri" "$(with_certs "$r0_uri")" \
   "$(with_certs "$r1_uri")"
 test "$(tls_connections "$tmpdir/c.log")" -ge 8
@@ -80,9 +83,9 @@ start_controller f --filter="$FILTER" file "$tmpdir/local.img" \
 wait_volume_state 30 "$fctl" healthy
 size=$("$NBDINFO" --size "$f_uri")
 truncate -s "$size" "$tmpdir/fexpected"
-write_random 0 2M "$tmpdir/fexpected" "$f_uri"
+write_random "$f_uri" "$tmpdir/fexpected" 0 $(( 2 * MiB ))
 kill_replica 3
-write_random $(( 8 * 1024 * 1024 )) 2M "$tmpdir/fexpected" "$f_uri"
+write_random "$f_uri" "$tmpdir/fexpected" $(( 8 * MiB )) $(( 2 * MiB ))
 wait_leg_state 10 "$fctl" 2 failed
 restart_replica 3
 wait_leg_state 30 "$fctl" 2 uptodate

@@ -65,18 +65,6 @@ make_cert ()
       --outfile "$dir/$role-cert.pem"
 }
 
-# write_random OFFSET SIZE EXPECTED URI: write SIZE bytes (dd syntax: 2M)
-# of fresh random data at OFFSET (bytes) through URI and into the
-# EXPECTED image.
-write_random ()
-{
-  head -c "$2" /dev/urandom >"$tmpdir/piece" || return 1
-  dd if="$tmpdir/piece" of="$3" bs=64K oflag=seek_bytes seek="$1" \
-     conv=notrunc status=none || return 1
-  "$NBDSH" -u "$4" -c "h.pwrite(open('$tmpdir/piece', 'rb').read(), $1)
-h.flush()"
-}
-
 # tls_connections LOG: how many leg connections LOG says were made with
 # TLS (the controller's debug message).
 tls_connections ()
