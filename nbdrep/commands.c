@@ -95,15 +95,17 @@ run_fail (const struct subcommand *cmd, int argc, char **argv)
   return run_index_command (cmd, argc, argv, "fail-leg");
 }
 
-/* nbdrep resync CTL INDEX [--full]. */
+/* nbdrep resync CTL INDEX [--full] [--server-restarted]. */
 static int
 run_resync (const struct subcommand *cmd, int argc, char **argv)
 {
   static const struct option longopts[] = {
     { "full", no_argument, NULL, 'f' },
+    { "server-restarted", no_argument, NULL, 'S' },
     COMMON_LONG_OPTIONS
   };
-  bool full = false;
+  bool full = false, restarted = false;
+  json_t *req;
   unsigned index;
   int opt;
 
@@ -111,14 +113,19 @@ run_resync (const struct subcommand *cmd, int argc, char **argv)
                              NULL)) != -1) {
     if (opt == 'f')
       full = true;
+    else if (opt == 'S')
+      restarted = true;
     else
       other_option (cmd, opt);
   }
   need_operands (cmd, argc, argv, optind, 2, 2);
   index = parse_index (cmd, "INDEX", argv[optind + 1]);
-  return send_simple (argv[optind],
-                      json_pack ("{s:s, s:I, s:b}", "cmd", "resync",
-                                 "index", (json_int_t) index, "full", full));
+  req = json_pack ("{s:s, s:I, s:b}", "cmd", "resync",
+                   "index", (json_int_t) index, "full", full);
+  /* Only when said: an older controller refuses the field. */
+  if (req != NULL && restarted)
+    json_object_set_new (req, "server_restarted", json_true ());
+  return send_simple (argv[optind], req);
 }
 
 /* Is key one of the settings set may change? */
@@ -179,11 +186,17 @@ const struct subcommand cmd_fail = {
 const struct subcommand cmd_resync = {
   .name = "resync",
   .run = run_resync,
-  .synopsis = "CTL INDEX [--full]",
+  .synopsis = "CTL INDEX [--full] [--server-restarted]",
   .summary = "Resync leg INDEX now (incremental unless --full).",
   .options =
   "  --full            Copy every chunk, not only the out-of-sync ones\n"
-  "                    (this also rebuilds an uptodate leg).\n",
+  "                    (this also rebuilds an uptodate leg).\n"
+  "  --server-restarted\n"
+  "                    The leg's server has been restarted, or its host\n"
+  "                    is gone: stop waiting for it to close the\n"
+  "                    connections the controller aborted (a reset or\n"
+  "                    timed-out TCP connection cannot tell; the leg's\n"
+  "                    last_error says when this is needed).\n",
 };
 
 const struct subcommand cmd_set = {

@@ -193,6 +193,7 @@ test "$("$NBDREP" add "$fake" 'nbd+unix:///?socket=/x.sock')" = 5
 "$NBDREP" fail "$fake" 1
 "$NBDREP" resync "$fake" 2
 "$NBDREP" resync --full "$fake" 2
+"$NBDREP" resync "$fake" 2 --server-restarted
 "$NBDREP" set "$fake" resync-rate 10M
 "$NBDREP" verify "$fake"
 "$NBDREP" verify "$fake" --repair-from=1 --rate=1M
@@ -206,6 +207,7 @@ want = [
     {"cmd": "fail-leg", "index": 1},
     {"cmd": "resync", "index": 2, "full": False},
     {"cmd": "resync", "index": 2, "full": True},
+    {"cmd": "resync", "index": 2, "full": False, "server_restarted": True},
     {"cmd": "set", "key": "resync-rate", "value": "10M"},
     {"cmd": "verify", "action": "start", "repair": False,
      "repair_from": None, "rate": None},

@@ -68,23 +68,27 @@ struct decode_case {
   enum ctl_cmd cmd;
   int64_t index, hold, repair_from, rate;
   bool flag;                    /* full, repair or done */
+  bool restarted;               /* resync: server_restarted */
 };
 
 #define DH CTL_DEFAULT_HOLD
 
 static const struct decode_case decodes[] = {
-  { "{\"cmd\": \"status\"}", CTL_STATUS, -1, DH, -1, -1, false },
-  { "{\"cmd\": \"resync\", \"index\": 2}", CTL_RESYNC, 2, DH, -1, -1, false },
+  { "{\"cmd\": \"status\"}", CTL_STATUS, -1, DH, -1, -1, false, false },
+  { "{\"cmd\": \"resync\", \"index\": 2}", CTL_RESYNC, 2, DH, -1, -1, false,
+    false },
   { "{\"cmd\": \"resync\", \"index\": 2, \"full\": true}", CTL_RESYNC, 2, DH,
-    -1, -1, true },
+    -1, -1, true, false },
+  { "{\"cmd\": \"resync\", \"index\": 1, \"server_restarted\": true}",
+    CTL_RESYNC, 1, DH, -1, -1, false, true },
   { "{\"cmd\": \"verify\", \"repair\": true, \"repair_from\": null, "
-    "\"rate\": 0}", CTL_VERIFY, -1, DH, -1, 0, true },
+    "\"rate\": 0}", CTL_VERIFY, -1, DH, -1, 0, true, false },
   { "{\"cmd\": \"verify\", \"repair_from\": 1, \"rate\": 9007199254740993}",
-    CTL_VERIFY, -1, DH, 1, 9007199254740993, false },
+    CTL_VERIFY, -1, DH, 1, 9007199254740993, false, false },
   { "{\"cmd\": \"backup-begin\", \"base\": null, \"hold\": 86400}",
-    CTL_BACKUP_BEGIN, -1, 86400, -1, -1, false },
+    CTL_BACKUP_BEGIN, -1, 86400, -1, -1, false, false },
   { "{\"cmd\": \"backup-end\", \"token\": \"t\", \"result\": \"done\"}",
-    CTL_BACKUP_END, -1, DH, -1, -1, true },
+    CTL_BACKUP_END, -1, DH, -1, -1, true, false },
 };
 
 struct refuse_case {
@@ -102,6 +106,8 @@ static const struct refuse_case refusals[] = {
     "backup-begin: \"hold\" must be seconds (an integer from 1 to 86400)" },
   { "{\"cmd\": \"resync\", \"index\": 1, \"full\": null}",
     "resync: \"full\" must be true or false" },
+  { "{\"cmd\": \"resync\", \"index\": 1, \"server_restarted\": 1}",
+    "resync: \"server_restarted\" must be true or false" },
   { "{\"cmd\": \"status\", \"cmd\": \"status\"}",
     "invalid request: duplicate object key near '\"cmd\"' (column 23)" },
   { "{\"cmd\": \"st\\u0000atus\"}",
@@ -147,7 +153,9 @@ test_decodes (void)
     }
     CHECKF (r.cmd == d->cmd && r.index == d->index && r.hold == d->hold &&
             r.repair_from == d->repair_from && r.rate == d->rate &&
-            flag_of (&r) == d->flag, "%s", d->line);
+            flag_of (&r) == d->flag &&
+            (r.cmd != CTL_RESYNC || r.server_restarted == d->restarted),
+            "%s", d->line);
     ctlreq_free (&r);
   }
 }

@@ -30,7 +30,7 @@
  * in its thread's order.  And a reply that overtakes its sender's
  * count (the test's sendmsg holds the sender after the real call until
  * the reply has been read) must wait for the count, not kill the
- * connection.
+ * connection.  And a TCP connection's abort (tcp_abort).
  */
 
 #include <config.h>
@@ -378,20 +378,28 @@ srv_read (void *buf, size_t n)
   return true;
 }
 
-/* A fresh socketpair, wire and connection (no poller); the test
- * serves the other end (sv).
+/* A fresh socketpair, wire and connection (no poller), taken for TCP
+ * if tcp; the test serves the other end (sv).
  */
 static void
-open_conn (bool structured)
+open_conn_as (bool structured, bool tcp)
 {
   int fds[2];
 
   if (socketpair (AF_UNIX, SOCK_STREAM, 0, fds) == -1 ||
       fcntl (fds[1], F_SETFL, O_NONBLOCK) == -1 ||
-      (w = wire_new (fds[0], structured)) == NULL)
+      (w = wire_new (fds[0], structured, tcp)) == NULL)
     abort ();
   sv = fds[1];
-  c = (struct conn) { .leg = &v.legs[0], .wire = w, .fd = fds[0] };
+  c = (struct conn) { .leg = &v.legs[0], .wire = w, .fd = fds[0],
+                      .tcp = tcp };
+}
+
+/* A fresh connection on a Unix socket (see open_conn_as). */
+static void
+open_conn (bool structured)
+{
+  open_conn_as (structured, false);
 }
 
 /* Free the wire and close both ends (the server's may be closed). */
@@ -774,6 +782,64 @@ reply_before_payload (void)
   free (b.p);
 }
 
+/* A wire on TCP (a socketpair plays the socket; tcp is the wire's
+ * flag) aborted as conn_shutdown does it: shut down for sending only,
+ * then wire_abort in the driver.  The reply already in completes, the
+ * other command fails with ENOTCONN, the server sees our end of file,
+ * and what it sends afterwards is still received (the socket is not
+ * shut down for reading: drain.c reads it to the server's FIN).  Then a
+ * server that closes with our request unread: the receive reports a
+ * reset, which the wire remembers (wire_saw_error).
+ */
+static void
+tcp_abort (void)
+{
+  static const struct cmd_spec fl = FL (0);
+  const char *what = "TCP abort";
+  unsigned char h[2][28], byte = 'x';
+  struct bytes b = { 0 };
+  struct ioreq r[2];
+
+  open_conn_as (true, true);
+  issue (&r[0], &fl, NULL);
+  issue (&r[1], &fl, NULL);
+  CHECKF (srv_read (h[0], sizeof h[0]) && srv_read (h[1], sizeof h[1]),
+          "%s: no requests", what);
+  simple_reply (&b, 0, get_be (h[0] + 8, 8));
+  CHECKF (send (sv, b.p, b.len, MSG_NOSIGNAL) == (ssize_t) b.len,
+          "%s: reply not sent", what);
+  conn_shutdown (&c);
+  CHECKF (!wire_is_dead (w), "%s: dead before the driver aborted it", what);
+  wire_abort (&c);
+  conn_wake_deferred (&c);
+  CHECKF (wire_is_dead (w), "%s: the connection lives", what);
+  CHECKF ((atomic_load (&r[0].done) & 1) && ioreq_leg_error (&r[0], 0) == 0,
+          "%s: the answered command did not complete", what);
+  CHECKF ((atomic_load (&r[1].done) & 1) &&
+          ioreq_leg_error (&r[1], 0) == ENOTCONN,
+          "%s: the other command did not fail with ENOTCONN", what);
+  CHECKF (recv (sv, h[0], 1, MSG_DONTWAIT) == 0,
+          "%s: the server does not see our end of file", what);
+  CHECKF (send (sv, &byte, 1, MSG_NOSIGNAL) == 1 &&
+          recv (c.fd, &byte, 1, MSG_DONTWAIT) == 1 && byte == 'x',
+          "%s: a late byte from the server is not received", what);
+  CHECKF (!wire_saw_error (w), "%s: an error was seen", what);
+  ioreq_wait (&r[0]);
+  ioreq_wait (&r[1]);
+  close_conn ();
+
+  open_conn_as (true, true);
+  issue (&r[0], &fl, NULL);
+  close (sv);                   /* our request unread: a reset */
+  sv = -1;
+  pump ();
+  CHECKF (wire_is_dead (w) && wire_saw_error (w),
+          "%s: a reset is not remembered", what);
+  ioreq_wait (&r[0]);
+  close_conn ();
+  free (b.p);
+}
+
 /* Corked commands stay queued until wire_uncork, which sends them in
  * order; the cork holds the leg's issue window meanwhile.
  */
@@ -1025,5 +1091,6 @@ main (void)
   corked_headers ();
   concurrent_issuers ();
   reply_overtakes_count ();
+  tcp_abort ();
   return unit_exit ("unit-wire");
 }

@@ -25,6 +25,8 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 
 #include <libnbd.h>
 
@@ -32,6 +34,32 @@
 #include "cleanup.h"
 #include "tls.h"
 #include "wire.h"
+
+/* Is fd a TCP socket? */
+static bool
+is_tcp (int fd)
+{
+  int domain;
+  socklen_t len = sizeof domain;
+
+  return getsockopt (fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 &&
+    (domain == AF_INET || domain == AF_INET6);
+}
+
+/* Has the server of the TCP socket fd closed its end, by its FIN
+ * (before or after ours)?  Only states that say so for certain count.
+ */
+static bool
+tcp_peer_closed (int fd)
+{
+  struct tcp_info ti;
+  socklen_t len = sizeof ti;
+
+  if (getsockopt (fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == -1)
+    return false;
+  return ti.tcpi_state == TCP_CLOSE_WAIT || ti.tcpi_state == TCP_LAST_ACK ||
+    ti.tcpi_state == TCP_CLOSING;
+}
 
 /* Wait until the handle's socket is ready for what libnbd wants, at
  * most timeout_ms, then let libnbd proceed (used while nobody else
@@ -160,10 +188,11 @@ conn_connect (struct leg *leg, double timeout, bool *refused,
   }
   c->leg = leg;
   c->nbd = nbd;
+  c->tcp = is_tcp (c->fd);
   if (use_wire (nbd)) {
     bool structured = nbd_get_structured_replies_negotiated (nbd) == 1;
 
-    c->wire = wire_new (c->fd, structured);
+    c->wire = wire_new (c->fd, structured, c->tcp);
     if (c->wire == NULL) {
       snprintf (err, errlen, "calloc: %s", strerror (errno));
       close (c->fd);
@@ -189,17 +218,30 @@ conn_connect (struct leg *leg, double timeout, bool *refused,
   return NULL;
 }
 
-/* Abort the connection: shut the socket down so that libnbd fails every
- * command in flight (their callbacks run with ENOTCONN, in the poller).
- * Safe to call from any thread, any number of times, until conn_close
- * (c->fd is our own duplicate, valid until then).
+/* Abort the connection: every command in flight fails (their
+ * completions run with ENOTCONN, in the poller).  A wire on TCP is shut
+ * down for sending only and its driver told to fail its commands: the
+ * socket stays open for reading, so that the server's late replies are
+ * received, not answered with a reset (drain.c).  Any other connection
+ * is shut down both ways, which libnbd and the wire see as end of file;
+ * a TLS one on TCP notes first whether the server had closed its end
+ * already.  Safe to call from any thread, any number of times, until
+ * conn_close (c->fd is our own duplicate, valid until then).
  */
 void
 conn_shutdown (struct conn *c)
 {
+  int how = SHUT_RDWR;
+
   atomic_store (&c->aborted, true);
-  if (shutdown (c->fd, SHUT_RDWR) == -1 && errno != ENOTCONN)
+  if (c->tcp && c->wire)
+    how = SHUT_WR;
+  else if (c->tcp && tcp_peer_closed (c->fd))
+    atomic_store (&c->peer_fin, true);
+  if (shutdown (c->fd, how) == -1 && errno != ENOTCONN)
     nbdkit_debug ("shutdown: %m");
+  if (how == SHUT_WR)
+    conn_want_abort (c);
 }
 
 /* Say goodbye (NBD_CMD_DISC) to a live server, waiting at most a
@@ -232,6 +274,23 @@ ended_abruptly (struct conn *c)
   return !nbd_aio_is_ready (c->nbd);
 }
 
+/* What is known of the socket of a connection that ended abruptly,
+ * for drain.c: a wire on TCP was shut down for sending only and can be
+ * read to its end, unless it saw a reset or a timeout; TLS on TCP
+ * counts only if the server closed its end first.
+ */
+static enum drain_how
+drain_how_of (struct conn *c)
+{
+  if (!c->tcp)
+    return DRAIN_UNIX;
+  if (c->wire)
+    return wire_saw_error (c->wire) ? DRAIN_UNKNOWABLE : DRAIN_READABLE;
+  if (atomic_load (&c->peer_fin) || tcp_peer_closed (c->fd))
+    return DRAIN_PEER_CLOSED;
+  return DRAIN_UNKNOWABLE;
+}
+
 /* Close the connection and free it.  Nothing may be in flight.  The
  * socket of a connection that ended abruptly goes to its leg, which
  * keeps it until the server has closed it (drain.c).
@@ -239,18 +298,21 @@ ended_abruptly (struct conn *c)
 void
 conn_close (struct conn *c)
 {
+  enum drain_how how = DRAIN_UNIX;
   bool abrupt;
 
   if (c == NULL)
     return;
   conn_detach (c);
   abrupt = ended_abruptly (c);
-  if (!abrupt)
+  if (abrupt)
+    how = drain_how_of (c);
+  else
     disconnect_politely (c->nbd);
   nbd_close (c->nbd);
   wire_free (c->wire);
   if (abrupt)
-    drain_adopt (c->leg, c->fd);
+    drain_adopt (c->leg, c->fd, how);
   else
     close (c->fd);
   free (c);

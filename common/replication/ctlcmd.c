@@ -73,6 +73,9 @@ cmd_fail_leg (struct volume *v, const struct ctlreq *r)
 
 /* resync: restart the resync of a leg that is not uptodate (full if
  * asked), by failing it so the monitor takes it from the top now.
+ * With server_restarted the operator says that the leg's server has
+ * been restarted or is gone: the aborted connections it was waited for
+ * on are forgotten (drain.c).
  */
 static json_t *
 cmd_resync (struct volume *v, const struct ctlreq *r)
@@ -94,6 +97,10 @@ cmd_resync (struct volume *v, const struct ctlreq *r)
                             "resyncs when the backup ends", l->index);
   if (st == LEG_UPTODATE || st == LEG_SYNCING)
     volume_fail_leg (v, l, EPOCH_ANY, "resync requested by the operator");
+  if (r->server_restarted)
+    nbdkit_debug ("leg %u: its server was restarted, says the operator: "
+                  "%zu old connection(s) no longer waited for", l->index,
+                  monitor_forget_old_connections (v, l));
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
     l->force_full |= r->full;

@@ -69,6 +69,7 @@ struct ctlreq {
   const char *uri;              /* add-leg */
   const char *key, *value;      /* set */
   bool full;                    /* resync, default false */
+  bool server_restarted;        /* resync: the operator's word (drain.c) */
   bool stop, repair;            /* verify: "action", "repair" */
   int64_t repair_from, rate;    /* verify: -1 absent or null */
   const char *base;             /* backup-begin, NULL if null or absent */

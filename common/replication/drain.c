@@ -20,15 +20,31 @@
  * failed cover the writes that were in flight, and its resync starts
  * after the drain, so it copies them over whatever landed late.
  *
- * Whether the server has closed its end, from our shut-down socket:
+ * Whether the server has closed its end, from our aborted socket:
  *   - Unix sockets: the kernel's sock_diag reports the peer's inode, 0
  *     once the peer has closed it;
- *   - TCP: our state is TIME_WAIT or CLOSING once the peer's FIN came.
- *     A reset (state CLOSE) does not tell whether the server's other
- *     workers are done, so it does not count as drained;
+ *   - TCP: end of file.  An aborted TCP connection is shut down for
+ *     sending only (conn_shutdown), so that what the server still sends
+ *     (the replies of the requests we gave up on) is received, not
+ *     answered with a reset, which would leave us nothing to watch; we
+ *     read and drop it until the server's FIN.  A connection whose end
+ *     we saw as a reset or a timeout (ECONNRESET, ETIMEDOUT: by the
+ *     engine's wire, or here) proves nothing: a reset can come from a
+ *     firewall, or from a server kernel that gave up on the socket
+ *     while a worker still holds a write, so it never counts.  Our FIN
+ *     is retransmitted for as long as a partition lasts (a long
+ *     TCP_USER_TIMEOUT), so a healed link still drains.  TLS
+ *     connections, which only libnbd can read, are shut down both ways
+ *     as before: they count only if the server's FIN had come before we
+ *     shut them down (CLOSE_WAIT then, the server closed first);
  *   - anything else, or sock_diag missing: never drained.
  * A server that never closes keeps the leg out until it is restarted
- * (its sockets close with it); the leg's last_error says so.  A kernel
+ * (its sockets close with it).  What cannot be told by itself (a
+ * reset, a TLS connection we aborted first, a host gone) is the
+ * operator's to tell: "nbdrep resync CTL INDEX --server-restarted"
+ * (drain_forget) says that the server of the leg has been restarted or
+ * is gone, so that nothing sent on the old connections can land any
+ * more; the leg's last_error says when that is needed.  A kernel
  * without unix_diag (a module, loaded on the first query where
  * modprobe can find it) keeps a Unix-socket leg out for good: its
  * last_error names the module.
@@ -39,6 +55,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,31 +132,63 @@ unix_peer_inode (ino_t ino, uint32_t *peer)
   return r;
 }
 
-/* Has the server closed its end of our (shut down) socket fd?  Returns
- * 1 if it has, 0 if not, -1 if the kernel cannot say (no unix_diag).
+/* Read and drop what the server still sends on an aborted TCP
+ * socket, which is open for reading.  Returns 1 at its end of file, 0
+ * if it may send more, -1 if the socket ended in an error (a reset or a
+ * timeout: nothing can be told from it).  At most 16 MiB per call.
  */
 static int
-peer_closed (int fd)
+read_to_end (int fd)
+{
+  char buf[65536];
+  size_t total = 0;
+  ssize_t r;
+
+  while (total < 16 * 1024 * 1024) {
+    r = recv (fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (r > 0) {
+      total += r;
+      continue;
+    }
+    if (r == 0)
+      return 1;
+    if (errno == EINTR)
+      continue;
+    return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+  }
+  return 0;
+}
+
+/* Has the server closed its end of the kept socket d?  Returns 1 if it
+ * has, 0 if not (or it cannot be told: d->unknowable), -1 if the kernel
+ * cannot say (no unix_diag).
+ */
+static int
+peer_closed (struct drain_sock *d)
 {
   int domain;
   socklen_t len = sizeof domain;
   struct stat st;
   uint32_t peer;
-  struct tcp_info ti;
 
-  if (getsockopt (fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == -1)
+  if (d->unknowable)
+    return 0;
+  if (getsockopt (d->fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == -1)
     return 0;
   switch (domain) {
   case AF_UNIX:
-    if (fstat (fd, &st) == -1 || unix_peer_inode (st.st_ino, &peer) == -1)
+    if (fstat (d->fd, &st) == -1 || unix_peer_inode (st.st_ino, &peer) == -1)
       return -1;
     return peer == 0;
   case AF_INET:
   case AF_INET6:
-    len = sizeof ti;
-    if (getsockopt (fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == -1)
+    if (!d->readable)
       return 0;
-    return ti.tcpi_state == TCP_TIME_WAIT || ti.tcpi_state == TCP_CLOSING;
+    switch (read_to_end (d->fd)) {
+    case 1: return 1;
+    case -1: d->unknowable = true; return 0;
+    default: return 0;
+    }
   default:
     return 0;
   }
@@ -167,57 +216,104 @@ drain_check_kernel (void)
   close (sv[1]);
 }
 
+/* Keep the TCP FIN of an aborted socket retransmitted for as long as
+ * a partition may last (the default gives up after about 15 minutes,
+ * and a timed-out socket cannot be told from a reset one).
+ */
+static void
+retransmit_for_long (int fd)
+{
+  unsigned ms = INT_MAX;
+
+  setsockopt (fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms);
+}
+
 /* Keep fd, the socket of an aborted connection of l, until its server
- * has closed it.  Takes ownership of fd.
+ * has closed it; how says what is known of it (enum drain_how).  Takes
+ * ownership of fd.
  */
 void
-drain_adopt (struct leg *l, int fd)
+drain_adopt (struct leg *l, int fd, enum drain_how how)
 {
-  int *p;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->conns_lock);
+  struct drain_sock *p;
 
+  if (how == DRAIN_PEER_CLOSED) {
+    close (fd);
+    return;
+  }
+  if (how == DRAIN_READABLE)
+    retransmit_for_long (fd);
+
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->conns_lock);
   if (l->nr_drain == 0)
     l->drain_since_ns = now_ns ();
-  p = array_reserve_one (l->drain_fds, l->nr_drain, &l->cap_drain,
+  p = array_reserve_one (l->drain, l->nr_drain, &l->cap_drain,
                          sizeof *p, 8);
   if (p == NULL) {
     /* Out of memory: the socket cannot be watched, so the leg is kept
-     * out for good (until a restart) rather than trusted.
+     * out (until a restart, or the operator's word) rather than
+     * trusted.
      */
     nbdkit_error ("leg %u: out of memory tracking an old connection: "
-                  "the leg is not used again until a restart", l->index);
+                  "the leg is not used again until its server is "
+                  "restarted and the operator says so", l->index);
     l->drain_untracked = true;
     close (fd);
     return;
   }
-  l->drain_fds = p;
-  l->drain_fds[l->nr_drain++] = fd;
+  l->drain = p;
+  l->drain[l->nr_drain++] = (struct drain_sock) {
+    .fd = fd,
+    .readable = how == DRAIN_READABLE,
+    .unknowable = how == DRAIN_UNKNOWABLE,
+  };
 }
 
 /* Forget the sockets whose server has closed them; return how many are
- * left, since when the oldest has been waited for (*since_ns), and how
- * many of them the kernel cannot tell about (*blind).
+ * left, and in *r since when the oldest has been waited for, how many
+ * of them the kernel cannot tell about, and how many cannot be told by
+ * themselves at all (a reset, a TLS connection we aborted first).
  */
 size_t
-drain_pending (struct leg *l, uint64_t *since_ns, size_t *blind)
+drain_pending (struct leg *l, struct drain_report *r)
 {
   size_t i = 0;
   int closed;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->conns_lock);
 
-  *blind = 0;
+  r->blind = r->unknowable = 0;
   while (i < l->nr_drain) {
-    closed = peer_closed (l->drain_fds[i]);
+    struct drain_sock *d = &l->drain[i];
+
+    closed = peer_closed (d);
     if (closed == 1) {
-      close (l->drain_fds[i]);
-      l->drain_fds[i] = l->drain_fds[--l->nr_drain];
+      close (d->fd);
+      l->drain[i] = l->drain[--l->nr_drain];
       continue;
     }
-    *blind += closed == -1;
+    r->blind += closed == -1;
+    r->unknowable += d->unknowable;
     i++;
   }
-  *since_ns = l->drain_since_ns;
+  r->since_ns = l->drain_since_ns;
+  r->unknowable += l->drain_untracked;
   return l->nr_drain + l->drain_untracked;
+}
+
+/* The operator says the server of l has been restarted, or its host is
+ * gone: nothing sent on the old connections can land any more.  Close
+ * every socket kept.  Returns how many there were.
+ */
+size_t
+drain_forget (struct leg *l)
+{
+  size_t n;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->conns_lock);
+
+  n = l->nr_drain + l->drain_untracked;
+  drain_free (l);
+  l->drain_untracked = false;
+  return n;
 }
 
 /* Close every socket still kept (the volume, or the leg, goes away). */
@@ -227,8 +323,8 @@ drain_free (struct leg *l)
   size_t i;
 
   for (i = 0; i < l->nr_drain; ++i)
-    close (l->drain_fds[i]);
-  free (l->drain_fds);
-  l->drain_fds = NULL;
+    close (l->drain[i].fd);
+  free (l->drain);
+  l->drain = NULL;
   l->nr_drain = l->cap_drain = 0;
 }

@@ -116,6 +116,9 @@ struct conn {
   struct nbd_handle *nbd;
   struct wire *wire;        /* NULL: commands go through libnbd */
   int fd;                   /* our duplicate of the handle's socket */
+  bool tcp;                 /* over TCP (drain.c: shut down how) */
+  _Atomic bool peer_fin;    /* TLS on TCP: the server's FIN came first */
+  _Atomic bool want_abort;  /* aborted wire on TCP: driver to fail it */
   struct poller *poller;    /* NULL until attached */
   uint32_t events;          /* epoll events registered (poller only) */
   _Atomic bool want_write;  /* an issuer left bytes to send */
@@ -181,7 +184,7 @@ struct leg {
   /* Sockets of aborted connections kept until their server has closed
    * them (drain.c), under conns_lock.
    */
-  int *drain_fds;
+  struct drain_sock *drain;
   size_t nr_drain, cap_drain;
   uint64_t drain_since_ns;              /* when the oldest was kept */
   bool drain_untracked;                 /* one could not be kept */
@@ -387,10 +390,26 @@ extern void conn_shutdown (struct conn *c);
 extern void conn_close (struct conn *c);
 
 /* drain.c: sockets kept until the server has closed them. */
+enum drain_how {
+  DRAIN_UNIX,           /* a Unix socket: asked of sock_diag */
+  DRAIN_READABLE,       /* TCP, open for reading: read to its end */
+  DRAIN_PEER_CLOSED,    /* the server's end was seen closed already */
+  DRAIN_UNKNOWABLE,     /* a reset, a timeout, TLS aborted first */
+};
+struct drain_sock {
+  int fd;
+  bool readable;        /* DRAIN_READABLE */
+  bool unknowable;      /* it cannot tell by itself (the operator can) */
+};
+struct drain_report {
+  uint64_t since_ns;    /* since when the oldest is kept */
+  size_t blind;         /* Unix sockets the kernel cannot tell about */
+  size_t unknowable;
+};
 extern void drain_check_kernel (void);
-extern void drain_adopt (struct leg *l, int fd);
-extern size_t drain_pending (struct leg *l, uint64_t *since_ns,
-                             size_t *blind);
+extern void drain_adopt (struct leg *l, int fd, enum drain_how how);
+extern size_t drain_pending (struct leg *l, struct drain_report *r);
+extern size_t drain_forget (struct leg *l);
 extern void drain_free (struct leg *l);
 
 /* poller.c */
@@ -413,6 +432,7 @@ extern int conn_attach (struct conn *c, struct poller *p);
 extern void conn_detach (struct conn *c);
 extern void conn_kick_if_needed (struct conn *c);
 extern void conn_want_write (struct conn *c);
+extern void conn_want_abort (struct conn *c);
 extern bool conn_defer_send (const struct conn *c);
 extern bool conn_nobody_drives (const struct conn *c);
 
@@ -509,6 +529,8 @@ extern enum verdict monitor_examine_leg (struct volume *v, struct leg *l,
                                          char *err, size_t len);
 extern int monitor_apply_verdict (struct volume *v, struct leg *l,
                                   enum verdict verdict);
+extern size_t monitor_forget_old_connections (struct volume *v,
+                                              struct leg *l);
 extern int monitor_start (struct volume *v);
 extern void monitor_stop (struct volume *v);
 extern void leg_back_off_locked (struct leg *l);

@@ -189,6 +189,16 @@ rejoin_uptodate (struct volume *v, struct leg *l)
   return moved ? 0 : -1;
 }
 
+/* Is o served by the same server as l (l itself, or a removed leg of
+ * the same URI)?
+ */
+static bool
+same_server (const struct leg *l, const struct leg *o)
+{
+  return o == l || (o->uri != NULL && l->uri != NULL &&
+                    strcmp (o->uri, l->uri) == 0);
+}
+
 /* Has the server of l (as l, or as a removed leg of the same URI) not
  * yet closed every connection we aborted?  Then nothing may reach it
  * (drain.c) and err says why.
@@ -196,19 +206,19 @@ rejoin_uptodate (struct volume *v, struct leg *l)
 static bool
 old_connections_open (struct volume *v, struct leg *l, char *err, size_t len)
 {
-  uint64_t since = 0, s;
-  size_t i, k, b, n = 0, blind = 0;
+  struct drain_report r;
+  uint64_t since = 0;
+  size_t i, k, n = 0, blind = 0, unknowable = 0;
 
   for (i = 0; i < v->nr_legs; ++i) {
-    struct leg *o = &v->legs[i];
-    if (o != l && (o->uri == NULL || l->uri == NULL ||
-                   strcmp (o->uri, l->uri) != 0))
+    if (!same_server (l, &v->legs[i]))
       continue;
-    k = drain_pending (o, &s, &b);
-    if (k > 0 && (n == 0 || s < since))
-      since = s;
+    k = drain_pending (&v->legs[i], &r);
+    if (k > 0 && (n == 0 || r.since_ns < since))
+      since = r.since_ns;
     n += k;
-    blind += b;
+    blind += r.blind;
+    unknowable += r.unknowable;
   }
   if (n == 0)
     return false;
@@ -217,6 +227,13 @@ old_connections_open (struct volume *v, struct leg *l, char *err, size_t len)
               "aborted connection%s: this kernel does not answer sock_diag "
               "for Unix sockets (modprobe unix_diag); the leg is not used "
               "until it can", blind, blind == 1 ? "" : "s");
+  else if (unknowable > 0)
+    snprintf (err, len, "%zu aborted connection%s ended without the "
+              "server's close (a reset, a timeout, or TLS): writes sent on "
+              "%s may still land; once the server is restarted or gone: "
+              "nbdrep resync CTL %u --server-restarted", unknowable,
+              unknowable == 1 ? "" : "s", unknowable == 1 ? "it" : "them",
+              l->index);
   else
     snprintf (err, len, "waiting %.0fs so far for the server to close %zu "
               "aborted connection%s (writes sent on %s may still land): "
@@ -224,6 +241,21 @@ old_connections_open (struct volume *v, struct leg *l, char *err, size_t len)
               "it never will)", (double) (now_ns () - since) / 1e9, n,
               n == 1 ? "" : "s", n == 1 ? "it" : "them");
   return true;
+}
+
+/* The operator says the server of l has been restarted or is gone:
+ * forget the connections it was waited for on (drain_forget), as l
+ * and as removed legs of the same URI.  Returns how many there were.
+ */
+size_t
+monitor_forget_old_connections (struct volume *v, struct leg *l)
+{
+  size_t i, n = 0;
+
+  for (i = 0; i < v->nr_legs; ++i)
+    if (same_server (l, &v->legs[i]))
+      n += drain_forget (&v->legs[i]);
+  return n;
 }
 
 /* Connect a leg and judge it.  On V_REFUSE or V_UNREACHABLE the leg

@@ -87,6 +87,7 @@
 
 #include <config.h>
 
+#include <assert.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -227,6 +228,31 @@ update_events (struct poller *p, struct conn *c, bool check_dead,
     c->events = want;
 }
 
+/* Abort up to max of the wires flagged for it (conn_want_abort),
+ * outside p->lock (their completions run), but in this iteration,
+ * which a detach waits for.  Returns how many were flagged.
+ */
+static size_t
+abort_flagged (struct poller *p, size_t max)
+{
+  struct conn *todo[16];
+  size_t i, n = 0;
+
+  assert (max <= sizeof todo / sizeof todo[0]);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&p->lock);
+    for (i = 0; i < p->nr_conns && n < max; ++i)
+      if (atomic_exchange (&p->conns[i]->want_abort, false))
+        todo[n++] = p->conns[i];
+  }
+  for (i = 0; i < n; ++i) {
+    wire_abort (todo[i]);
+    conn_wake_deferred (todo[i]);
+    update_events (p, todo[i], true, false);
+  }
+  return n;
+}
+
 /* A kick: drain it and look at the connections workers flagged. */
 static void
 handle_kick (struct poller *p)
@@ -236,10 +262,14 @@ handle_kick (struct poller *p)
 
   if (read (p->kick_fd, &n, sizeof n) == -1 && errno != EAGAIN)
     nbdkit_debug ("poller drain: %m");
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&p->lock);
-  for (i = 0; i < p->nr_conns; ++i)
-    if (atomic_exchange (&p->conns[i]->want_write, false))
-      update_events (p, p->conns[i], true, true);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&p->lock);
+    for (i = 0; i < p->nr_conns; ++i)
+      if (atomic_exchange (&p->conns[i]->want_write, false))
+        update_events (p, p->conns[i], true, true);
+  }
+  while (abort_flagged (p, 16) == 16)
+    ;
 }
 
 /* Retire the failed commands the completion callback left behind. */
@@ -614,6 +644,19 @@ conn_defer_send (const struct conn *c)
     return false;
   atomic_store (&p->deferred, true);
   return atomic_load (&p->busy);
+}
+
+/* An aborted wire on TCP, whose socket is not shut down for reading
+ * (conn_shutdown, or a send error): have the driver fail its commands
+ * (wire_abort).  Any thread.
+ */
+void
+conn_want_abort (struct conn *c)
+{
+  if (c->poller) {
+    atomic_store (&c->want_abort, true);
+    kick (c->poller);
+  }
 }
 
 /* An issuer left bytes to send: have the poller wait for the socket

@@ -9,6 +9,7 @@
 #define REPLICATE_WIRE_INT_H
 
 #include <endian.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -78,6 +79,8 @@ struct current {
 struct wire {
   int fd;
   bool structured;
+  bool tcp;                     /* shut down for sending only (drain.c) */
+  _Atomic bool saw_error;       /* a send or receive failed: see below */
 
   pthread_mutex_t lock;         /* everything below up to the reader */
   struct entry *ents;
@@ -103,6 +106,18 @@ struct wire {
   size_t rpos, rlen;
   unsigned char rbuf[RBUF_SIZE];
 };
+
+/* A send or receive failed with errno e: remember a reset, a timeout
+ * or any other error but our own shutdown (EPIPE), which proves nothing
+ * of the server's end (drain.c).  A reset's error is reported once, so
+ * it is remembered here, where it is read.
+ */
+static inline void
+note_socket_error (struct wire *w, int e)
+{
+  if (e != EAGAIN && e != EWOULDBLOCK && e != EINTR && e != EPIPE)
+    atomic_store (&w->saw_error, true);
+}
 
 /* Store x in the n bytes (1 to 8) at p, big-endian (NBD's byte
  * order): x's low n bytes, moved to the top and swapped, then copied

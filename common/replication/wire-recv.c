@@ -359,6 +359,8 @@ receive (struct wire *w, void *dst, size_t n)
   do
     r = recv (w->fd, dst, n, MSG_DONTWAIT);
   while (r == -1 && errno == EINTR);
+  if (r == -1)
+    note_socket_error (w, errno);
   return r;
 }
 
@@ -430,5 +432,22 @@ wire_on_readable (struct conn *c)
     if (r == -1 || step (c) == -1)
       break;
   }
+  wire_fail_all (c);
+}
+
+/* The connection was aborted, its TCP socket shut down for sending
+ * only (conn_shutdown, or a send error): complete the replies already
+ * in, then fail every other command (the driver only).
+ */
+void
+wire_abort (struct conn *c)
+{
+  struct wire *w = c->wire;
+  bool drained = false;
+
+  if (atomic_load (&w->dead))
+    return;
+  while (fill (w, &drained) == 1 && step (c) == 0)
+    ;
   wire_fail_all (c);
 }

@@ -73,8 +73,13 @@
  * Death.  End of file, a receive or send error, or a protocol error:
  * the socket is shut down, w->dead set under the lock (after which no
  * command is accepted), and every command in the table completes with
- * ENOTCONN.  conn_shutdown's shutdown(2) is noticed here as end of
- * file, so aborting a connection works as it did with libnbd.
+ * ENOTCONN.  On a Unix socket conn_shutdown's shutdown(2) is noticed
+ * here as end of file, so aborting a connection works as it did with
+ * libnbd.  On TCP the socket is shut down for sending only, so that
+ * the server's late replies are received rather than answered with a
+ * reset (drain.c reads them to the server's FIN): an abort, or a send
+ * error, has the driver run wire_abort instead (conn_want_abort), and
+ * a send or receive error is remembered (wire_saw_error).
  *
  * Lock order: w->lock is a leaf; completions run without it.  Nobody
  * waits for the reader, so its wait for a sender, whose sendmsg does
@@ -116,7 +121,7 @@ make_cork_key (void)
 
 /* Take over a connection's transmission phase (see wire.h). */
 struct wire *
-wire_new (int fd, bool structured)
+wire_new (int fd, bool structured, bool tcp)
 {
   struct wire *w = calloc (1, sizeof *w);
 
@@ -125,6 +130,7 @@ wire_new (int fd, bool structured)
   pthread_once (&cork_key_once, make_cork_key);
   w->fd = fd;
   w->structured = structured;
+  w->tcp = tcp;
   w->free_head = w->out_head = w->out_tail = NO_ENTRY;
   pthread_mutex_init (&w->lock, NULL);
   pthread_cond_init (&w->sent_cond, NULL);
@@ -240,6 +246,8 @@ send_iov (struct wire *w, struct iovec *iov, size_t cnt)
   do
     n = sendmsg (w->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
   while (n == -1 && errno == EINTR);
+  if (n == -1)
+    note_socket_error (w, errno);
   return n;
 }
 
@@ -334,16 +342,20 @@ send_alone (struct wire *w, uint32_t i)
   return e->sent == wire_size (e);
 }
 
-/* Send what the queue holds (w->lock held).  Returns true if bytes are
- * left for EPOLLOUT.  A send error shuts the socket down: the reader
- * then fails every command, these included.
+/* Send what c's queue holds (w->lock held).  Returns true if bytes are
+ * left for EPOLLOUT.  After a send error the reader fails every
+ * command, these included: a Unix socket is shut down (end of file for
+ * the reader), a TCP one is left to the driver (see Death).
  */
 static bool
-push (struct wire *w)
+push (struct conn *c)
 {
+  struct wire *w = c->wire;
   int r = flush_queue (w);
 
-  if (r == -1)
+  if (r == -1 && w->tcp)
+    conn_want_abort (c);
+  else if (r == -1)
     shutdown (w->fd, SHUT_RDWR);
   return r == 0;
 }
@@ -437,7 +449,7 @@ wire_issue (struct conn *c, uint16_t type, uint16_t flags, void *buf,
     if ((k && cork_hold (k, c)) || w->corked || w->out_head != i ||
         conn_defer_send (c))
       return 0;
-    want = push (w);
+    want = push (c);
   }
   if (want)
     conn_want_write (c);
@@ -469,7 +481,7 @@ wire_uncork (struct wire_cork *k)
     {
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&w->lock);
       w->corked = false;
-      want = push (w);
+      want = push (c);
     }
     if (want)
       conn_want_write (c);
@@ -486,7 +498,7 @@ wire_on_writable (struct conn *c)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&w->lock);
 
   if (!w->corked)
-    push (w);
+    push (c);
 }
 
 /* Does the driver need to wait for EPOLLOUT?  Not while a sender is at
@@ -513,6 +525,15 @@ wire_is_dead (const struct wire *w)
   return atomic_load (&w->dead);
 }
 
+/* Did a send or receive fail other than by our own shutdown (a reset,
+ * a timeout)?
+ */
+bool
+wire_saw_error (const struct wire *w)
+{
+  return atomic_load (&w->saw_error);
+}
+
 /* ---- completing -------------------------------------------------------- */
 
 /* The connection is dead: refuse new commands and fail every command
@@ -525,7 +546,7 @@ wire_fail_all (struct conn *c)
   struct wire *w = c->wire;
   uint32_t i, cap;
 
-  shutdown (w->fd, SHUT_RDWR);
+  shutdown (w->fd, w->tcp ? SHUT_WR : SHUT_RDWR);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&w->lock);
     atomic_store (&w->dead, true);

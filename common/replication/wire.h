@@ -29,10 +29,11 @@ enum {
 extern int replicate_debug_wire;
 
 /* Take over the transmission phase of c (its handshake is done; fd is
- * its socket).  structured: structured replies were negotiated.
+ * its socket).  structured: structured replies were negotiated; tcp:
+ * the socket is TCP (see Death in wire.c).
  * Returns NULL (errno set) if memory runs out.
  */
-extern struct wire *wire_new (int fd, bool structured);
+extern struct wire *wire_new (int fd, bool structured, bool tcp);
 extern void wire_free (struct wire *w);
 
 /* Send one command.  payload (count bytes) goes with NBD_CMD_WRITE;
@@ -61,5 +62,7 @@ extern void wire_on_writable (struct conn *c);
 extern bool wire_wants_write (const struct wire *w);
 extern bool wire_has_queued (const struct wire *w);
 extern bool wire_is_dead (const struct wire *w);
+extern bool wire_saw_error (const struct wire *w);
+extern void wire_abort (struct conn *c);
 
 #endif /* REPLICATE_WIRE_H */
