@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+#
+# A replica on another "host" (a network namespace, net-functions.sh)
+# cut off by a silent partition: packets dropped both ways, no FIN, no
+# reset.  Leg 0 is a local file replica, leg 1 a file replica on TCP in
+# host h1 behind the faultinject filter; the controller runs in its own
+# namespace with timeout=2.
+#   1. A write held on h1's server when the partition starts (W1): the
+#      client's write is acknowledged from leg 0 once leg 1 times out,
+#      and W2 (newer data, same range) too.  W1 lands on h1 during the
+#      partition; leg 1 stays out (neither uptodate nor syncing) through
+#      it, and after the heal too until the server, which gets our FIN
+#      only then, has closed the old connection.  Then the leg is
+#      resynced incrementally: both legs hold W2.
+#   2. The partition again, the leg idle: the next write fails it after
+#      the timeout.  The operator says its server is gone (nbdrep resync
+#      --server-restarted), so the controller reconnects into the black
+#      hole: meanwhile client writes complete and nbdrep status answers
+#      (no lock, control request or client request is held by a
+#      connect that cannot finish).  After the heal the leg is back.
+# Before the fix (TCP aborts shut the socket down both ways) the late
+# reply of W1 was answered with a reset and the leg never came back.
+
+source ./functions.sh
+set -euo pipefail
+set -x
+source "$abs_top_srcdir/tests/fault-functions.sh"
+source "$abs_top_srcdir/tests/net-functions.sh"
+
+requires_nbdsh
+requires_nbdinfo
+requires python3 -c 'import json'
+net_setup h1
+
+ctl=$tmpdir/c.ctl
+rules=$tmpdir/r1.rules
+faults=$tmpdir/r1.faults
+expected=$tmpdir/expected
+X=$(( 2 * 1024 * 1024 ))
+len=$(( 64 * 1024 ))
+
+# leg_out: leg 1 is neither uptodate nor syncing.
+leg_out ()
+{
+  status_check "$ctl" 'leg(1)["state"] not in ("uptodate", "syncing")'
+}
+
+start_replica 0
+start_host_replica 1 h1 10809 -- --filter="$FAULTINJECT" rules="$rules" \
+  log="$faults"
+CONTROLLER_NETNS=$net_ctl start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" \
+  control="$ctl" timeout=2
+wait_volume_state 30 "$ctl" healthy
+new_expected "$expected" "$c_uri"
+write_random "$c_uri" "$expected" 0 "$(( 4 * 1024 * 1024 ))"
+
+# --- 1. A partition with a write held on the far side.
+fault_arm "$rules" "id=late op=write range=$X-$(( X + len )) phase=hold secs=6"
+write_random "$c_uri" "$expected" "$X" "$len" &     # W1
+w1=$!
+fault_wait "$faults" late fire 10
+partition h1
+wait "$w1"
+wait_leg_state 10 "$ctl" 1 failed
+write_random "$c_uri" "$expected" "$X" "$len"        # W2
+while ! grep -q '^done late ' "$faults"; do
+  leg_out
+  sleep 0.2
+done
+for (( i = 0; i < 10; i++ )); do leg_out; sleep 0.2; done
+heal h1
+wait_volume_state 90 "$ctl" healthy
+compare_legs "$expected" "$c_uri" "$r0_uri" "$r1_uri"
+fault_clear "$rules"
+status_check "$ctl" 'leg(1)["last_resync"]["kind"] == "incremental"'
+
+# --- 2. Reconnecting into a black hole holds nothing.
+partition h1
+write_random "$c_uri" "$expected" "$X" "$len"
+wait_leg_state 10 "$ctl" 1 failed
+"$NBDREP" resync "$ctl" 1 --server-restarted
+for (( i = 0; i < 4; i++ )); do
+  rc=0
+  timeout 10 "$NBDREP" status "$ctl" >/dev/null || rc=$?
+  [ "$rc" -eq 3 ]                       # answered: degraded
+  timeout 10 bash -c "$(declare -f write_random); NBDSH=$NBDSH
+    write_random '$c_uri' '$expected' $(( X + (i + 1) * len )) $len"
+  leg_out
+  sleep 1
+done
+heal h1
+wait_volume_state 90 "$ctl" healthy
+compare_legs "$expected" "$c_uri" "$r0_uri" "$r1_uri"
