@@ -63,6 +63,14 @@ WRAP_FRONT=()        # command prefix for front-end processes (cpucost)
 WRAP_REPLICA=()      # the same for replica processes
 WRAP_FORKS=0         # 1: the wrapper forks the server (perf stat)
 
+# Legs on TCP across network namespaces (bench/tcp, netns_setup): with
+# LEG_NETNS set to a prefix, replica I of a system serves TCP on
+# 10.202.(I+1).2 in namespace PREFIX-hI, reached from PREFIX-ctl, where
+# the front-end runs, over a veth pair; each replica gets its own port.
+LEG_NETNS=
+NEXT_PORT=10900
+NETNS_MADE=()
+
 declare -A ROLE=()        # pid -> front | replica | client, while we own it
 declare -A FORKED=()      # pid -> 1 if the server is the wrapper's child
 STARTED=()                # owned pids in start order
@@ -131,13 +139,15 @@ make_work ()
   trap 'exit 143' TERM
 }
 
-# on_exit: stop everything we started; remove $WORK unless KEEP_WORK=1.
+# on_exit: stop everything we started, remove the namespaces
+# netns_setup made; remove $WORK unless KEEP_WORK=1.
 on_exit ()
 {
   local rc=$?
   set +eu
   trap '' INT TERM
   stop_all
+  netns_remove
   if [ "$KEEP_WORK" = 1 ]; then
     echo "# work directory kept: $WORK" >&2
   else
@@ -265,20 +275,85 @@ start_server ()
   fi
 }
 
+# netns_setup PREFIX N: namespaces PREFIX-ctl and PREFIX-h0 ...
+# PREFIX-h(N-1), host I joined to ctl by a veth pair on 10.202.(I+1).0/30
+# (nothing else routed), and LEG_NETNS=PREFIX.  Needs root.
+netns_setup ()
+{
+  local prefix=$1 n=$2 i a
+  NETNS_MADE=("$prefix-ctl")
+  ip netns add "$prefix-ctl" || return 1
+  ip netns exec "$prefix-ctl" ip link set lo up
+  for (( i = 0; i < n; i++ )); do
+    a=10.202.$(( i + 1 ))
+    ip netns add "$prefix-h$i" || return 1
+    NETNS_MADE+=("$prefix-h$i")
+    ip netns exec "$prefix-h$i" ip link set lo up
+    ip link add "nb$$h$i" netns "$prefix-ctl" type veth \
+      peer name eth0 netns "$prefix-h$i"
+    ip netns exec "$prefix-ctl" ip addr add "$a.1/30" dev "nb$$h$i"
+    ip netns exec "$prefix-ctl" ip link set "nb$$h$i" up
+    ip netns exec "$prefix-h$i" ip addr add "$a.2/30" dev eth0
+    ip netns exec "$prefix-h$i" ip link set eth0 up
+  done
+  LEG_NETNS=$prefix
+}
+
+# netns_remove: remove what netns_setup made (the veths go with them).
+netns_remove ()
+{
+  local ns
+  for ns in "${NETNS_MADE[@]-}"; do
+    [ -z "$ns" ] || ip netns del "$ns" 2>/dev/null
+  done
+  NETNS_MADE=()
+}
+
+# wait_tcp URI PID: wait until the NBD server at URI answers from the
+# front-end's namespace; fail if PID dies or START_TIMEOUT passes.
+wait_tcp ()
+{
+  local deadline=$(( SECONDS + START_TIMEOUT ))
+  while [ "$SECONDS" -le "$deadline" ]; do
+    if timeout 10 ip netns exec "$LEG_NETNS-ctl" \
+         nbdinfo --size "$1" >/dev/null 2>&1; then
+      return 0
+    fi
+    alive "$2" || return 1
+    sleep 0.2
+  done
+  return 1
+}
+
 # start_replicas SYS N SIZE: N nbdkit memory replicas SYS-r0 ... (with
-# $R_ARGS); sets REPLICA_URIS and appends their pids to SYS_PIDS[SYS].
+# $R_ARGS), on Unix sockets, or on TCP in their hosts' namespaces with
+# LEG_NETNS; sets REPLICA_URIS, REPLICA_QEMU (the same legs as
+# qemu's nbd driver names them) and appends their pids to SYS_PIDS[SYS].
 start_replicas ()
 {
-  local sys=$1 n=$2 size=$3 i
+  local sys=$1 n=$2 size=$3 i addr port
   local -a extra
   read -r -a extra <<<"$R_ARGS"
-  REPLICA_URIS=()
+  REPLICA_URIS=() REPLICA_QEMU=()
   for (( i = 0; i < n; i++ )); do
-    start_server replica "$sys-r$i" \
-      nbdkit -f -U "$WORK/$sys-r$i.sock" "${extra[@]}" memory "size=$size" ||
-      return 1
+    if [ -n "$LEG_NETNS" ]; then
+      addr=10.202.$(( i + 1 )).2 port=$NEXT_PORT
+      NEXT_PORT=$(( NEXT_PORT + 1 ))
+      echo "== $(date +%T) $sys-r$i on $addr:$port" >>"$WORK/$sys-r$i.log"
+      spawn replica "$WORK/$sys-r$i.log" ip netns exec "$LEG_NETNS-h$i" \
+        nbdkit -f -i "$addr" -p "$port" "${extra[@]}" memory "size=$size"
+      wait_tcp "nbd://$addr:$port" "$LAST_PID" || {
+        say "$sys-r$i did not start"; return 1; }
+      REPLICA_URIS+=("nbd://$addr:$port")
+      REPLICA_QEMU+=("server.type=inet,server.host=$addr,server.port=$port")
+    else
+      start_server replica "$sys-r$i" \
+        nbdkit -f -U "$WORK/$sys-r$i.sock" "${extra[@]}" memory "size=$size" ||
+        return 1
+      REPLICA_URIS+=("$(uri_of "$WORK/$sys-r$i.sock")")
+      REPLICA_QEMU+=("server.type=unix,server.path=$WORK/$sys-r$i.sock")
+    fi
     SYS_PIDS[$sys]="${SYS_PIDS[$sys]-} $LAST_PID"
-    REPLICA_URIS+=("$(uri_of "$WORK/$sys-r$i.sock")")
   done
 }
 
@@ -326,7 +401,7 @@ front_cmd ()
     Q3)
       FRONT=(qemu-storage-daemon)
       for i in 0 1 2; do
-        FRONT+=(--blockdev "driver=nbd,node-name=r$i,server.type=unix,server.path=$WORK/$sys-r$i.sock")
+        FRONT+=(--blockdev "driver=nbd,node-name=r$i,${REPLICA_QEMU[i]}")
       done
       FRONT+=(--blockdev "driver=quorum,node-name=q,vote-threshold=1,read-pattern=fifo,children.0=r0,children.1=r1,children.2=r2"
               --nbd-server "addr.type=unix,addr.path=$sock"
@@ -362,6 +437,7 @@ start_system ()
   SYS_PIDS[$sys]=""
   start_replicas "$sys" "$n" "$SIZE" || return 1
   front_cmd "$sys" "$base"
+  [ -z "$LEG_NETNS" ] || FRONT=(ip netns exec "$LEG_NETNS-ctl" "${FRONT[@]}")
   [ -z "${SYS_CTL[$sys]-}" ] || rm -f "${SYS_CTL[$sys]}"
   start_server front "$sys" "${FRONT[@]}" || return 1
   SYS_PIDS[$sys]="${SYS_PIDS[$sys]} $LAST_PID"

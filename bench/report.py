@@ -536,59 +536,69 @@ TLS_VARIANTS = {
 }
 
 
-def report_tls(path, copy_path, jobs):
-    """The tables of bench/tls."""
-    rows = read_tsv(path)
-    copies = read_tsv(copy_path)
-    jobs = [j for j in jobs.split() if j in RUN_JOBS]
-    legs = sorted({r["legs"] for r in rows}, key=int)
+def job_median(rows, match, job, field=None, scale=None):
+    """The median over the rounds of job's figure (its RUN_JOBS field
+    and scale unless given) in the rows for which match(row) holds."""
+    t = RUN_JOBS[job]
+    field = field or t[1]
+    scale = t[2] if scale is None else scale
+    return med(num(r[field]) * scale for r in rows
+               if r["job"] == job and match(r))
+
+
+def report_variants(rows, jobs, key, groups, variants, pairs):
+    """The tables of a benchmark whose systems come in variants: for
+    each group (the value of column key) and variant, throughput and
+    latency, server CPU per request, and the ratios of the variant
+    pairs (a, b), a / b, within each group."""
     rounds = sorted({r["round"] for r in rows}, key=int)
 
-    def median_of(n, v, j, field=None, scale=None):
-        t = RUN_JOBS[j]
-        field = field or t[1]
-        scale = t[2] if scale is None else scale
-        return med(num(r[field]) * scale for r in rows
-                   if (r["legs"], r["variant"], r["job"]) == (n, v, j))
+    def cell(g, v, j, field=None, scale=None):
+        return job_median(rows, lambda r: (r[key], r["variant"]) == (g, v),
+                          j, field, scale)
 
     n_r = "median of %d rounds" % len(rounds) if len(rounds) > 1 else "1 round"
     print()
     print("Throughput and QD1 latency (%s)" % n_r)
     print()
-    out = []
-    for n in legs:
-        for v in TLS_VARIANTS:
-            out.append([n, v, TLS_VARIANTS[v]] +
-                       [fmt(median_of(n, v, j)) for j in jobs])
-    table(["legs", "variant", "what"] +
+    out = [[g, v, variants[v]] + [fmt(cell(g, v, j)) for j in jobs]
+           for g in groups for v in variants]
+    table([key, "variant", "what"] +
           ["%s %s" % (RUN_JOBS[j][0], RUN_JOBS[j][3]) for j in jobs],
           out, right=3)
 
     print()
-    print("Server CPU per request, us (controller and replicas)")
+    print("Server CPU per request, us (front-end and replicas)")
     print()
-    out = []
-    for n in legs:
-        for v in TLS_VARIANTS:
-            out.append([n, v] + [fmt(median_of(n, v, j, "srv_cpu_us_op", 1.0))
-                                 for j in jobs])
-    table(["legs", "variant"] + [RUN_JOBS[j][0] for j in jobs], out, right=2)
+    out = [[g, v] + [fmt(cell(g, v, j, "srv_cpu_us_op", 1.0)) for j in jobs]
+           for g in groups for v in variants]
+    table([key, "variant"] + [RUN_JOBS[j][0] for j in jobs], out, right=2)
 
     print()
     print("Ratios (throughput: below 1 is slower; latency and CPU: above 1"
           " is slower or costlier)")
     print()
     out = []
-    for n in legs:
-        for a, b in (("tls", "plain"), ("tls", "libnbd"), ("libnbd", "plain")):
-            out.append([n, "%s / %s" % (a, b)] +
-                       [fmtr(ratio(median_of(n, a, j), median_of(n, b, j)))
+    for g in groups:
+        for a, b in pairs:
+            out.append([g, "%s / %s" % (a, b)] +
+                       [fmtr(ratio(cell(g, a, j), cell(g, b, j)))
                         for j in jobs])
-            out.append([n, "%s / %s CPU" % (a, b)] +
-                       [fmtr(ratio(median_of(n, a, j, "srv_cpu_us_op", 1.0),
-                                   median_of(n, b, j, "srv_cpu_us_op", 1.0)))
+            out.append([g, "%s / %s CPU" % (a, b)] +
+                       [fmtr(ratio(cell(g, a, j, "srv_cpu_us_op", 1.0),
+                                   cell(g, b, j, "srv_cpu_us_op", 1.0)))
                         for j in jobs])
-    table(["legs", "ratio"] + [RUN_JOBS[j][0] for j in jobs], out, right=2)
+    table([key, "ratio"] + [RUN_JOBS[j][0] for j in jobs], out, right=2)
+
+
+def report_tls(path, copy_path, jobs):
+    """The tables of bench/tls."""
+    rows = read_tsv(path)
+    copies = read_tsv(copy_path)
+    jobs = [j for j in jobs.split() if j in RUN_JOBS]
+    legs = sorted({r["legs"] for r in rows}, key=int)
+    report_variants(rows, jobs, "legs", legs, TLS_VARIANTS,
+                    (("tls", "plain"), ("tls", "libnbd"), ("libnbd", "plain")))
 
     plain = med(num(r["mibps"]) for r in copies if r["variant"] == "plain")
     tls = med(num(r["mibps"]) for r in copies if r["variant"] == "tls")
@@ -598,6 +608,46 @@ def report_tls(path, copy_path, jobs):
               fmt(plain), fmt(tls), fmtr(ratio(tls, plain)),
               len({r["round"] for r in copies})))
 
+    load_and_failures(rows)
+
+
+# ---------------------------------------------------------------------
+# bench/tcp
+
+TCP_VARIANTS = {
+    "unix": "legs on Unix sockets",
+    "tcp": "legs on TCP, a namespace each (veth)",
+}
+
+
+def report_tcp(path, jobs):
+    """The tables of bench/tcp: per system, tcp against unix; then our
+    three legs against qemu's quorum on each transport."""
+    rows = read_tsv(path)
+    for r in rows:
+        r["variant"] = r["transport"]
+    jobs = [j for j in jobs.split() if j in RUN_JOBS]
+    systems = [s for s in ("C1", "C3", "Q3") if any(r["base"] == s for r in rows)]
+    report_variants(rows, jobs, "base", systems, TCP_VARIANTS,
+                    (("tcp", "unix"),))
+    if "C3" in systems and "Q3" in systems:
+        print()
+        print("C3 / Q3 (our three legs against qemu's quorum over the same"
+              " legs)")
+        print()
+        out = []
+        for v in TCP_VARIANTS:
+            def of(system, j, field=None, scale=None):
+                return job_median(rows, lambda r: (r["base"], r["variant"]) ==
+                                  (system, v), j, field, scale)
+            out.append([v, "C3 / Q3"] + [fmtr(ratio(of("C3", j), of("Q3", j)))
+                                         for j in jobs])
+            out.append([v, "C3 / Q3 CPU"] +
+                       [fmtr(ratio(of("C3", j, "srv_cpu_us_op", 1.0),
+                                   of("Q3", j, "srv_cpu_us_op", 1.0)))
+                        for j in jobs])
+        table(["transport", "ratio"] + [RUN_JOBS[j][0] for j in jobs], out,
+              right=2)
     load_and_failures(rows)
 
 
@@ -635,9 +685,12 @@ def main():
         report_cpucost(a[1], a[2], a[3], a[4])
     elif len(a) == 4 and a[0] == "tls":
         report_tls(a[1], a[2], a[3])
+    elif len(a) == 3 and a[0] == "tcp":
+        report_tcp(a[1], a[2])
     else:
         sys.exit("usage: report.py run TSV SYSTEMS JOBS AA | cpucost TSV SYSTEMS N1 N2"
-                 " | scale FIO CG RSS | rebuild TSV LEG_SIZE | tls TSV COPY_TSV JOBS")
+                 " | scale FIO CG RSS | rebuild TSV LEG_SIZE | tls TSV COPY_TSV JOBS"
+                 " | tcp TSV JOBS")
 
 
 if __name__ == "__main__":
