@@ -49,6 +49,18 @@
  * modprobe can find it) keeps a Unix-socket leg out for good: its
  * last_error names the module.
  *
+ * Connections we no longer hold.  A controller that was killed could
+ * not keep its sockets: its kernel closed them, and the servers go on
+ * with what they had read.  For a leg on a Unix socket the kernel can
+ * still tell: a server's end of a connection carries the name of the
+ * socket it was accepted on, and its peer's inode is 0 once the client
+ * has closed.  drain_orphans counts such connections of a leg's
+ * server (any client's: a killed controller's, a killed nbdrep's);
+ * while there are any, the leg is not opened, at start (the election
+ * waits up to wait= for it, then goes on without it if it can) as on
+ * a reconnection.  Over TCP the connections of a killed controller
+ * live on the server's host: nothing here can see them.
+ *
  * Locking: the leg's list is under conns_lock (a leaf).
  */
 
@@ -64,6 +76,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
@@ -73,6 +86,7 @@
 #include "internal.h"
 #include "array.h"
 #include "cleanup.h"
+#include "params.h"
 
 /* The inode of the peer of the Unix socket whose inode is ino (0: the
  * peer has closed its end, or there is none).  Returns -1 if the kernel
@@ -130,6 +144,127 @@ unix_peer_inode (ino_t ino, uint32_t *peer)
  out:
   close (fd);
   return r;
+}
+
+/* Does the UNIX_DIAG_NAME attribute a (of a socket bound or accepted on
+ * a path) name path?
+ */
+static bool
+names_path (const struct rtattr *a, const char *path)
+{
+  size_t n = RTA_PAYLOAD (a), len = strlen (path);
+  const char *name = RTA_DATA (a);
+
+  return (n == len || (n == len + 1 && name[len] == '\0')) &&
+    memcmp (name, path, len) == 0;
+}
+
+/* Is the socket of one sock_diag reply message m (len bytes of
+ * attributes) a connection accepted on path whose client has closed
+ * its end?
+ */
+static bool
+orphan_in (const struct unix_diag_msg *m, int len, const char *path)
+{
+  const struct rtattr *a;
+  bool named = false, orphan = false;
+  uint32_t peer;
+
+  for (a = (const struct rtattr *) (m + 1); RTA_OK (a, len);
+       a = RTA_NEXT (a, len)) {
+    if (a->rta_type == UNIX_DIAG_NAME)
+      named = names_path (a, path);
+    else if (a->rta_type == UNIX_DIAG_PEER &&
+             RTA_PAYLOAD (a) >= sizeof peer) {
+      memcpy (&peer, RTA_DATA (a), sizeof peer);
+      orphan = peer == 0;
+    }
+  }
+  return named && orphan;
+}
+
+/* How many connections to the Unix socket at path does its server
+ * still have open although their client has closed its end?  Returns
+ * -1 if the kernel cannot say.
+ */
+static int
+unix_orphans (const char *path)
+{
+  struct {
+    struct nlmsghdr nlh;
+    struct unix_diag_req req;
+  } msg = {
+    .nlh = {
+      .nlmsg_len = sizeof msg,
+      .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+      .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP,
+    },
+    .req = {
+      .sdiag_family = AF_UNIX,
+      .udiag_states = 1u << TCP_ESTABLISHED,
+      .udiag_show = UDIAG_SHOW_NAME | UDIAG_SHOW_PEER,
+    },
+  };
+  union {
+    struct nlmsghdr nlh;
+    char bytes[32768];
+  } reply;
+  const size_t head = NLMSG_LENGTH (sizeof (struct unix_diag_msg));
+  const struct nlmsghdr *h;
+  ssize_t n;
+  int fd, count = 0, r = -1;
+
+  fd = socket (AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  if (fd == -1)
+    return -1;
+  if (send (fd, &msg, sizeof msg, 0) != (ssize_t) sizeof msg)
+    goto out;
+  for (;;) {
+    n = recv (fd, &reply, sizeof reply, 0);
+    if (n <= 0)
+      goto out;
+    for (h = &reply.nlh; NLMSG_OK (h, n); h = NLMSG_NEXT (h, n)) {
+      if (h->nlmsg_type == NLMSG_DONE) {
+        r = count;
+        goto out;
+      }
+      if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY || h->nlmsg_len < head)
+        goto out;
+      count += orphan_in (NLMSG_DATA (h), (int) (h->nlmsg_len - head), path);
+    }
+  }
+ out:
+  close (fd);
+  return r;
+}
+
+/* How many connections of l's server on a Unix socket are open though
+ * their client has gone (see the top)?  0 for other legs, and where
+ * the kernel cannot say (drain_check_kernel warned at start).
+ */
+int
+drain_orphans (const struct leg *l)
+{
+  char path[sizeof ((struct sockaddr_un *) NULL)->sun_path];
+  int n;
+
+  if (l->uri == NULL || config_unix_socket (l->uri, path, sizeof path) == -1)
+    return 0;
+  n = unix_orphans (path);
+  return n > 0 ? n : 0;
+}
+
+/* Say in buf that n connections of a leg's server whose client has
+ * gone are still open: the leg is not opened meanwhile.
+ */
+void
+drain_say_orphans (char *buf, size_t len, int n)
+{
+  snprintf (buf, len, "its server still has %d connection%s open whose "
+            "client has gone (a controller that was killed?): writes read "
+            "from %s may still land; the leg is not used until it closes %s",
+            n, n == 1 ? "" : "s", n == 1 ? "it" : "them",
+            n == 1 ? "it" : "them");
 }
 
 /* Read and drop what the server still sends on an aborted TCP

@@ -410,6 +410,8 @@ extern void drain_check_kernel (void);
 extern void drain_adopt (struct leg *l, int fd, enum drain_how how);
 extern size_t drain_pending (struct leg *l, struct drain_report *r);
 extern size_t drain_forget (struct leg *l);
+extern int drain_orphans (const struct leg *l);
+extern void drain_say_orphans (char *buf, size_t len, int n);
 extern void drain_free (struct leg *l);
 
 /* poller.c */

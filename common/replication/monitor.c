@@ -200,7 +200,8 @@ same_server (const struct leg *l, const struct leg *o)
 }
 
 /* Has the server of l (as l, or as a removed leg of the same URI) not
- * yet closed every connection we aborted?  Then nothing may reach it
+ * yet closed every connection we aborted, or, on a Unix socket, every
+ * connection whose client has gone?  Then nothing may reach it
  * (drain.c) and err says why.
  */
 static bool
@@ -209,6 +210,7 @@ old_connections_open (struct volume *v, struct leg *l, char *err, size_t len)
   struct drain_report r;
   uint64_t since = 0;
   size_t i, k, n = 0, blind = 0, unknowable = 0;
+  int orphans;
 
   for (i = 0; i < v->nr_legs; ++i) {
     if (!same_server (l, &v->legs[i]))
@@ -220,8 +222,12 @@ old_connections_open (struct volume *v, struct leg *l, char *err, size_t len)
     blind += r.blind;
     unknowable += r.unknowable;
   }
-  if (n == 0)
-    return false;
+  if (n == 0) {
+    if ((orphans = drain_orphans (l)) == 0)
+      return false;
+    drain_say_orphans (err, len, orphans);
+    return true;
+  }
   if (blind > 0)
     snprintf (err, len, "cannot tell whether the server has closed %zu "
               "aborted connection%s: this kernel does not answer sock_diag "

@@ -119,6 +119,11 @@ extern bool config_uri_names_tls_files (const char *uri);
 /* Do two URIs name the same leg (same server and export)? */
 extern bool config_same_leg (const char *a, const char *b);
 
+/* The socket path of a Unix-socket URI (nbd+unix, nbds+unix), decoded,
+ * into path (len bytes).  Returns 0, or -1 if the URI is not one.
+ */
+extern int config_unix_socket (const char *uri, char *path, size_t len);
+
 /* Parse a size as nbdkit does (512, 64K, 4M, 1G ... 7E, 8s; see
  * common/utils/grammar.h).  Returns 0 or -1.
  */

@@ -56,8 +56,19 @@ open_some_legs (struct volume *v)
 
   for (i = 0; i < v->nr_legs; ++i) {
     struct leg *l = &v->legs[i];
+    int orphans;
+
     if (atomic_load (&l->open))
       continue;
+    if ((orphans = drain_orphans (l)) > 0) {
+      bool first = strstr (l->last_error, "whose client has gone") == NULL;
+
+      drain_say_orphans (l->last_error, sizeof l->last_error, orphans);
+      if (first)
+        nbdkit_debug ("%s: %s", leg_name (l, name, sizeof name),
+                      l->last_error);
+      continue;
+    }
     if (leg_open (l, 0, &l->refused, err, sizeof err) == -1) {
       snprintf (l->last_error, sizeof l->last_error, "%s", err);
       if (l->refused) {

@@ -468,6 +468,26 @@ same_leg (const struct uri_parts *a, const struct uri_parts *b)
   abort ();
 }
 
+/* The socket path of a Unix-socket URI, decoded (see params.h). */
+int
+config_unix_socket (const char *uri, char *path, size_t len)
+{
+  struct uri_parts u;
+  size_t i = 0, n = 0;
+
+  if (parse_uri (uri, &u, NULL, 0) == -1 || u.transport != TRANSPORT_UNIX ||
+      u.socket.p == NULL || decoded_len (u.socket) >= len)
+    return -1;
+  while (i < u.socket.len) {
+    struct span rest = { u.socket.p + i, u.socket.len - i };
+
+    path[n++] = (char) decoded_first (rest);
+    i += u.socket.p[i] == '%' ? 3 : 1;
+  }
+  path[n] = '\0';
+  return 0;
+}
+
 /* Do two URIs name the same leg?  False if either is malformed. */
 bool
 config_same_leg (const char *a, const char *b)
