@@ -6,6 +6,12 @@
 # reset.  Leg 0 is a local file replica, leg 1 a file replica on TCP in
 # host h1 behind the faultinject filter; the controller runs in its own
 # namespace with timeout=2.
+#   0. Under fio (random writes with verify): h1 partitioned for 5 s
+#      half-way through the writes, then healed.  fio sees no error, no
+#      request of its waits more than a few timeouts (a bound on the
+#      stall, not a measurement: the leg is failed after one timeout),
+#      every block verifies, leg 1 comes back by itself and the legs are
+#      equal.
 #   1. A write held on h1's server when the partition starts (W1): the
 #      client's write is acknowledged from leg 0 once leg 1 times out,
 #      and W2 (newer data, same range) too.  W1 lands on h1 during the
@@ -30,6 +36,7 @@ source "$abs_top_srcdir/tests/net-functions.sh"
 
 requires_nbdsh
 requires_nbdinfo
+requires fio --enghelp=nbd
 requires python3 -c 'import json'
 net_setup h1
 
@@ -52,7 +59,34 @@ start_host_replica 1 h1 10809 -- --filter="$FAULTINJECT" rules="$rules" \
 CONTROLLER_NETNS=$net_ctl start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" \
   control="$ctl" timeout=2
 wait_volume_state 30 "$ctl" healthy
+
+# --- 0. A partition under fio.
+fio --name=partition --ioengine=nbd "--uri=$c_uri" --rw=randwrite \
+  --bsrange=4k-64k --offset=16M --size=16M --rate=,2m --verify=crc32c \
+  --do_verify=1 --output-format=json --output="$tmpdir/fio.json" &
+fio_pid=$!
+wait_until 30 status_check "$ctl" "leg(1)['bytes_written'] >= 8 << 20"
+partition h1
+wait_leg_state 10 "$ctl" 1 failed
+sleep 5
+heal h1
+fio_rc=0
+wait "$fio_pid" || fio_rc=$?
+cat "$tmpdir/fio.json"
+test "$fio_rc" -eq 0
+python3 -c '
+import json, sys
+job = json.load(open(sys.argv[1]))["jobs"][0]
+stall = job["write"]["clat_ns"]["max"] / 1e9
+print("fio: error %d, wrote %d, verified %d, longest write %.2f s"
+      % (job["error"], job["write"]["io_bytes"], job["read"]["io_bytes"], stall))
+assert job["error"] == 0 and job["read"]["io_bytes"] == 16 << 20
+assert stall < 12, "a write waited %.1f s with timeout=2" % stall
+' "$tmpdir/fio.json"
+wait_volume_state 90 "$ctl" healthy
+compare_legs_equal "$("$NBDINFO" --size "$c_uri")" "$r0_uri" "$r1_uri"
 new_expected "$expected" "$c_uri"
+"$NBDCOPY" "$c_uri" "$expected"
 write_random "$c_uri" "$expected" 0 "$(( 4 * 1024 * 1024 ))"
 
 # --- 1. A partition with a write held on the far side.
