@@ -275,6 +275,15 @@ start_server ()
   fi
 }
 
+# in_netns NS CMD...: run CMD in network namespace NS only (nsenter:
+# "ip netns exec" would also give it a mount namespace of its own).
+in_netns ()
+{
+  local ns=$1
+  shift
+  nsenter "--net=/run/netns/$ns" -- "$@"
+}
+
 # netns_setup PREFIX N: namespaces PREFIX-ctl and PREFIX-h0 ...
 # PREFIX-h(N-1), host I joined to ctl by a veth pair on 10.202.(I+1).0/30
 # (nothing else routed), and LEG_NETNS=PREFIX.  Needs root.
@@ -283,18 +292,18 @@ netns_setup ()
   local prefix=$1 n=$2 i a
   NETNS_MADE=("$prefix-ctl")
   ip netns add "$prefix-ctl" || return 1
-  ip netns exec "$prefix-ctl" ip link set lo up
+  in_netns "$prefix-ctl" ip link set lo up
   for (( i = 0; i < n; i++ )); do
     a=10.202.$(( i + 1 ))
     ip netns add "$prefix-h$i" || return 1
     NETNS_MADE+=("$prefix-h$i")
-    ip netns exec "$prefix-h$i" ip link set lo up
+    in_netns "$prefix-h$i" ip link set lo up
     ip link add "nb$$h$i" netns "$prefix-ctl" type veth \
       peer name eth0 netns "$prefix-h$i"
-    ip netns exec "$prefix-ctl" ip addr add "$a.1/30" dev "nb$$h$i"
-    ip netns exec "$prefix-ctl" ip link set "nb$$h$i" up
-    ip netns exec "$prefix-h$i" ip addr add "$a.2/30" dev eth0
-    ip netns exec "$prefix-h$i" ip link set eth0 up
+    in_netns "$prefix-ctl" ip addr add "$a.1/30" dev "nb$$h$i"
+    in_netns "$prefix-ctl" ip link set "nb$$h$i" up
+    in_netns "$prefix-h$i" ip addr add "$a.2/30" dev eth0
+    in_netns "$prefix-h$i" ip link set eth0 up
   done
   LEG_NETNS=$prefix
 }
@@ -315,7 +324,7 @@ wait_tcp ()
 {
   local deadline=$(( SECONDS + START_TIMEOUT ))
   while [ "$SECONDS" -le "$deadline" ]; do
-    if timeout 10 ip netns exec "$LEG_NETNS-ctl" \
+    if timeout 10 nsenter "--net=/run/netns/$LEG_NETNS-ctl" -- \
          nbdinfo --size "$1" >/dev/null 2>&1; then
       return 0
     fi
@@ -340,7 +349,7 @@ start_replicas ()
       addr=10.202.$(( i + 1 )).2 port=$NEXT_PORT
       NEXT_PORT=$(( NEXT_PORT + 1 ))
       echo "== $(date +%T) $sys-r$i on $addr:$port" >>"$WORK/$sys-r$i.log"
-      spawn replica "$WORK/$sys-r$i.log" ip netns exec "$LEG_NETNS-h$i" \
+      spawn replica "$WORK/$sys-r$i.log" nsenter "--net=/run/netns/$LEG_NETNS-h$i" -- \
         nbdkit -f -i "$addr" -p "$port" "${extra[@]}" memory "size=$size"
       wait_tcp "nbd://$addr:$port" "$LAST_PID" || {
         say "$sys-r$i did not start"; return 1; }
@@ -437,7 +446,8 @@ start_system ()
   SYS_PIDS[$sys]=""
   start_replicas "$sys" "$n" "$SIZE" || return 1
   front_cmd "$sys" "$base"
-  [ -z "$LEG_NETNS" ] || FRONT=(ip netns exec "$LEG_NETNS-ctl" "${FRONT[@]}")
+  [ -z "$LEG_NETNS" ] ||
+    FRONT=(nsenter "--net=/run/netns/$LEG_NETNS-ctl" -- "${FRONT[@]}")
   [ -z "${SYS_CTL[$sys]-}" ] || rm -f "${SYS_CTL[$sys]}"
   start_server front "$sys" "${FRONT[@]}" || return 1
   SYS_PIDS[$sys]="${SYS_PIDS[$sys]} $LAST_PID"

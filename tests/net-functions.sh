@@ -27,12 +27,16 @@
 net_hosts=()
 net_ctl=
 
-# Run a command in namespace NS.
+# Run a command in network namespace NS, and in no other namespace of
+# its own: not "ip netns exec", whose new mount namespace would keep a
+# copy of every mount of the moment (this machine's mounts are private:
+# nothing propagates), pinning the filesystems other tests mount and
+# unmount meanwhile (test-kernel-nbdfuse's loop device).
 in_netns ()
 {
   local ns=$1
   shift
-  ip netns exec "$ns" "$@"
+  nsenter "--net=/run/netns/$ns" -- "$@"
 }
 
 # The address of HOST (as named to net_setup) seen from the controller.
@@ -132,7 +136,7 @@ start_host_replica ()
   local restart
   shift 3
   restart=$(printf '%q ' start_host_replica "$n" "$host" "$port" "$@")
-  nbdkit_wrapper=(ip netns exec "$(host_netns "$host")")
+  nbdkit_wrapper=(nsenter "--net=/run/netns/$(host_netns "$host")" --)
   server_address=$(host_address "$host") &&
     start_replica "$n" --port "$port" "$@" || rc=$?
   nbdkit_wrapper=()
