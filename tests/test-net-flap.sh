@@ -10,7 +10,8 @@
 #     and both legs (no round of the flapping left it uptodate with a
 #     chunk missing);
 #   - no resync storm: leg 1 started at most one resync per time it
-#     went down (the controller's log counts them).
+#     went down (the controller's log counts them), and none copied
+#     more than the writer's 8 MiB (the bitmaps stay bounded).
 
 source ./functions.sh
 set -euo pipefail
@@ -54,6 +55,12 @@ wait "$writer"
 
 wait_volume_state 120 "$ctl" healthy
 compare_legs "$expected" "$c_uri" "$r0_uri" "$r1_uri"
+# Bounded: no resync copied more than the writer's 8 MiB (the bitmap
+# holds what was written while the leg was away, and no more).
+largest=$(sed -n 's/.*leg 1 .*: resync done, \([0-9]*\) bytes copied.*/\1/p' \
+  "$tmpdir/c.log" | sort -n | tail -n 1)
+echo "largest resync of leg 1: ${largest:-0} bytes"
+[ "${largest:-0}" -le $(( 128 * len )) ]
 downs=$(grep -c 'leg 1: [a-z]* -> failed' "$tmpdir/c.log" || :)
 resyncs=$(grep -c 'leg 1: [a-z]* -> syncing' "$tmpdir/c.log" || :)
 echo "leg 1 went down $downs times and started $resyncs resyncs"
