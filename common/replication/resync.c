@@ -70,6 +70,13 @@
 #define RUN_BYTES (1024 * 1024)
 #define CHECKPOINT_BYTES (256 * 1024 * 1024)
 #define CHECKPOINT_NS (2000000000ULL)
+
+/* -D replicate.checkpoint_pause=MS: a checkpoint waits MS milliseconds
+ * between its flush of the target and the clearing of the copied runs,
+ * the window in which a failure of the target must keep its bits
+ * (clear_copied).  For tests only (test-safety-checkpoint-fail.sh).
+ */
+int replicate_debug_checkpoint_pause = 0;   /* exported by the .syms */
 #define BUSY_NS (250000000ULL)
 
 /* A run copied but not yet flushed on the target. */
@@ -298,6 +305,14 @@ checkpoint (struct resync *rs)
                      "flush during resync failed: %s",
                      strerror (e));
     return -1;
+  }
+  if (replicate_debug_checkpoint_pause > 0) {
+    nbdkit_debug ("resync checkpoint: pausing %d ms before clearing "
+                  "(-D replicate.checkpoint_pause)",
+                  replicate_debug_checkpoint_pause);
+    nanosleep (&(struct timespec) {
+        .tv_sec = replicate_debug_checkpoint_pause / 1000,
+        .tv_nsec = replicate_debug_checkpoint_pause % 1000 * 1000000L }, NULL);
   }
   clear_copied (rs, runs, nr);
   free (runs);
