@@ -25,6 +25,15 @@
 #      hole: meanwhile client writes complete and nbdrep status answers
 #      (no lock, control request or client request is held by a
 #      connect that cannot finish).  After the heal the leg is back.
+#   3. A reset from a firewall while the server holds a
+#      write: W3 held on h1 for good, and the controller's namespace
+#      rejects what it sends to h1 with a TCP reset, as a firewall
+#      would; the leg times out and its connections end in resets.  A
+#      reset proves nothing (the server still holds W3): the leg stays
+#      out, also once the firewall lets everything through, and its
+#      last_error asks for "nbdrep resync CTL 1 --server-restarted";
+#      once h1's server has been killed and started again, that brings
+#      it back, resynced.
 # Before the fix (TCP aborts shut the socket down both ways) the late
 # reply of W1 was answered with a reset and the leg never came back.
 
@@ -125,4 +134,29 @@ for (( i = 0; i < 4; i++ )); do
 done
 heal h1
 wait_volume_state 90 "$ctl" healthy
+compare_legs "$expected" "$c_uri" "$r0_uri" "$r1_uri"
+
+# --- 3. A firewall's reset, with a write held on the far side.
+fault_arm "$rules" "id=stuck op=write range=$X-$(( X + len )) phase=hold secs=600"
+write_random "$c_uri" "$expected" "$X" "$len" &     # W3
+w3=$!
+fault_wait "$faults" stuck fire 10
+in_netns "$net_ctl" iptables -I OUTPUT -p tcp -d "$(host_address h1)" \
+  -j REJECT --reject-with tcp-reset
+wait "$w3"
+wait_leg_state 10 "$ctl" 1 failed
+sleep 1
+in_netns "$net_ctl" iptables -F OUTPUT
+for (( i = 0; i < 15; i++ )); do leg_out; sleep 0.2; done
+json=$(nbdrep_status_json "$ctl")
+grep -q -- '--server-restarted' <<<"$json" || {
+  echo "$0: leg 1's last_error does not say how to bring it back" >&2
+  exit 1
+}
+kill_replica 1
+fault_clear "$rules"
+restart_replica 1
+for (( i = 0; i < 10; i++ )); do leg_out; sleep 0.2; done
+"$NBDREP" resync "$ctl" 1 --server-restarted
+wait_volume_state 60 "$ctl" healthy
 compare_legs "$expected" "$c_uri" "$r0_uri" "$r1_uri"

@@ -121,6 +121,7 @@ struct poller {
   _Atomic uint64_t loops;       /* iterations completed */
   _Atomic bool busy;            /* the driver handles events: defer sends */
   _Atomic bool deferred;        /* an issuer deferred a send meanwhile */
+  _Atomic bool aborts;          /* a wire was flagged for wire_abort */
   bool sched_auto;              /* the thread's policy follows the depth */
   pthread_mutex_t lock;         /* conns[] */
   struct conn **conns;
@@ -268,8 +269,9 @@ handle_kick (struct poller *p)
       if (atomic_exchange (&p->conns[i]->want_write, false))
         update_events (p, p->conns[i], true, true);
   }
-  while (abort_flagged (p, 16) == 16)
-    ;
+  if (atomic_exchange (&p->aborts, false))
+    while (abort_flagged (p, 16) == 16)
+      ;
 }
 
 /* Retire the failed commands the completion callback left behind. */
@@ -655,6 +657,7 @@ conn_want_abort (struct conn *c)
 {
   if (c->poller) {
     atomic_store (&c->want_abort, true);
+    atomic_store (&c->poller->aborts, true);
     kick (c->poller);
   }
 }
