@@ -10,9 +10,13 @@
 # test fails.  Without root, ip or iptables, or where namespaces cannot
 # be made, the test is skipped (exit 77) saying why.
 #
-# start_host_replica N HOST PORT [ARGS...]: start_replica N ARGS... in
-# HOST's namespace, on TCP HOST-ADDRESS:PORT (rN_uri is nbd://...);
-# restart_replica N restarts it there.
+# start_host_replica N HOST PORT [-- NBDKIT-ARGS...]: start_replica N in
+# HOST's namespace, on TCP HOST-ADDRESS:PORT (rN_uri is nbd://...), with
+# one worker thread per connection (-t 1): these replicas are cut off
+# while they send replies, and nbdkit before 1.33.10 aborts when a
+# client hangs up while two of its threads are sending ("raw_send_socket:
+# Assertion `sock >= 0' failed", see test-fault-pause.sh); seen in
+# test-net-flap under ASan.  restart_replica N restarts it there.
 #
 # partition HOST / heal HOST: drop every packet to and from HOST (in its
 # namespace, both ways: silence, no reset) / let them through again.
@@ -132,13 +136,18 @@ net_recreate ()
 
 start_host_replica ()
 {
-  local n=$1 host=$2 port=$3 rc=0
-  local restart
+  local n=$1 host=$2 port=$3 rc=0 restart
+  local -a args
   shift 3
   restart=$(printf '%q ' start_host_replica "$n" "$host" "$port" "$@")
   nbdkit_wrapper=(nsenter "--net=/run/netns/$(host_netns "$host")" --)
+  args=("$@")
+  case " ${args[*]} " in
+    *" -- "*) args+=(-t 1) ;;
+    *) args+=(-- -t 1) ;;
+  esac
   server_address=$(host_address "$host") &&
-    start_replica "$n" --port "$port" "$@" || rc=$?
+    start_replica "$n" --port "$port" "${args[@]}" || rc=$?
   nbdkit_wrapper=()
   server_address=
   _restart_cmd[r$n]=$restart
