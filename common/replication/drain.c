@@ -88,12 +88,12 @@
 #include "cleanup.h"
 #include "params.h"
 
-/* The inode of the peer of the Unix socket whose inode is ino (0: the
- * peer has closed its end, or there is none).  Returns -1 if the kernel
- * cannot say.
+/* Ask sock_diag about Unix sockets: the one whose inode is ino, or
+ * (ino 0) every one in states, with the attributes in show.  Returns
+ * the netlink socket to read the answer from, or -1.
  */
 static int
-unix_peer_inode (ino_t ino, uint32_t *peer)
+unix_diag_ask (uint32_t ino, uint32_t states, uint32_t show)
 {
   struct {
     struct nlmsghdr nlh;
@@ -102,16 +102,36 @@ unix_peer_inode (ino_t ino, uint32_t *peer)
     .nlh = {
       .nlmsg_len = sizeof msg,
       .nlmsg_type = SOCK_DIAG_BY_FAMILY,
-      .nlmsg_flags = NLM_F_REQUEST,
+      .nlmsg_flags = NLM_F_REQUEST | (ino == 0 ? NLM_F_DUMP : 0),
     },
     .req = {
       .sdiag_family = AF_UNIX,
-      .udiag_states = ~0u,
-      .udiag_ino = (uint32_t) ino,
-      .udiag_show = UDIAG_SHOW_PEER,
-      .udiag_cookie = { ~0u, ~0u },     /* no cookie: find by inode */
+      .udiag_states = states,
+      .udiag_ino = ino,
+      .udiag_show = show,
     },
   };
+  int fd;
+
+  if (ino != 0)     /* no cookie: find by inode */
+    msg.req.udiag_cookie[0] = msg.req.udiag_cookie[1] = ~0u;
+  fd = socket (AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  if (fd == -1)
+    return -1;
+  if (send (fd, &msg, sizeof msg, 0) != (ssize_t) sizeof msg) {
+    close (fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* The inode of the peer of the Unix socket whose inode is ino (0: the
+ * peer has closed its end, or there is none).  Returns -1 if the kernel
+ * cannot say.
+ */
+static int
+unix_peer_inode (ino_t ino, uint32_t *peer)
+{
   union {
     struct nlmsghdr nlh;
     char bytes[1024];
@@ -121,11 +141,9 @@ unix_peer_inode (ino_t ino, uint32_t *peer)
   ssize_t n;
   int len, fd, r = -1;
 
-  fd = socket (AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  fd = unix_diag_ask ((uint32_t) ino, ~0u, UDIAG_SHOW_PEER);
   if (fd == -1)
     return -1;
-  if (send (fd, &msg, sizeof msg, 0) != (ssize_t) sizeof msg)
-    goto out;
   n = recv (fd, &reply, sizeof reply, 0);
   if (n < (ssize_t) NLMSG_LENGTH (sizeof *m) || !NLMSG_OK (&reply.nlh, n) ||
       reply.nlh.nlmsg_type != SOCK_DIAG_BY_FAMILY)
@@ -190,21 +208,6 @@ orphan_in (const struct unix_diag_msg *m, int len, const char *path)
 static int
 unix_orphans (const char *path)
 {
-  struct {
-    struct nlmsghdr nlh;
-    struct unix_diag_req req;
-  } msg = {
-    .nlh = {
-      .nlmsg_len = sizeof msg,
-      .nlmsg_type = SOCK_DIAG_BY_FAMILY,
-      .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP,
-    },
-    .req = {
-      .sdiag_family = AF_UNIX,
-      .udiag_states = 1u << TCP_ESTABLISHED,
-      .udiag_show = UDIAG_SHOW_NAME | UDIAG_SHOW_PEER,
-    },
-  };
   union {
     struct nlmsghdr nlh;
     char bytes[32768];
@@ -214,11 +217,10 @@ unix_orphans (const char *path)
   ssize_t n;
   int fd, count = 0, r = -1;
 
-  fd = socket (AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  fd = unix_diag_ask (0, 1u << TCP_ESTABLISHED,
+                      UDIAG_SHOW_NAME | UDIAG_SHOW_PEER);
   if (fd == -1)
     return -1;
-  if (send (fd, &msg, sizeof msg, 0) != (ssize_t) sizeof msg)
-    goto out;
   for (;;) {
     n = recv (fd, &reply, sizeof reply, 0);
     if (n <= 0)
