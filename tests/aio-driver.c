@@ -31,6 +31,26 @@
  * The last line printed counts the requests: started without waiting,
  * refused (run synchronously by the worker) and finished by the
  * finisher.
+ *
+ *   aio-driver --script KEY=VALUE...
+ *
+ * One request at a time, for tests that drive an exact interleaving
+ * around one asynchronous request (test-safety-aio-record.sh): commands
+ * on stdin, one per line, each answered by one line on stdout.
+ *   write OFFSET LENGTH FILE   write FILE's first LENGTH bytes, with FUA
+ *   read OFFSET LENGTH FILE    read LENGTH bytes into FILE
+ *   sync-write OFFSET LENGTH FILE
+ *                              the same write with the synchronous call
+ *                              (by the worker: this thread drives the
+ *                              poller), to set the scene
+ * LENGTH is at most 64 KiB.  The answer is "ok HOW", "error ENAME HOW"
+ * (ENAME as strerrorname_np) or "refused": engine_aio_start would not
+ * start it, so nothing was done (a write to a cold activity-log extent,
+ * for one: such a test is about the asynchronous path, and may warm the
+ * extent with sync-write and try again).  HOW is "inline" (done without
+ * the finisher), "finished" (engine_aio_finish completed it: a leg
+ * failed or timed out, or a membership change was under way) or "sync".
+ * The poller is driven and deadlines are applied as in the random mode.
  */
 
 #include <config.h>
@@ -62,6 +82,7 @@ struct slot {
   struct engine_aio aio;
   bool busy;
   bool refused;                 /* left to the worker */
+  bool finished;                /* engine_aio_finish completed it */
   uint64_t first, nr;           /* blocks */
   char *buf, *want;             /* data; what a read must return */
   struct slot *next;            /* on the done or the tail list */
@@ -198,8 +219,10 @@ helper (void *arg)
     else
       engine_aio_finish (&s->aio);
     pthread_mutex_lock (&lock);
-    if (!worker)
+    if (!worker) {
       finished++;
+      s->finished = true;
+    }
     push_done (s);
   }
   pthread_mutex_unlock (&lock);
@@ -351,22 +374,24 @@ issue (struct slot *s)
   pthread_mutex_unlock (&lock);
 }
 
-/* Wait up to a second for the poller's descriptor or the eventfd;
- * drive the poller, check the completions; every second, apply the
- * deadlines of the requests in flight.
+/* Wait up to a second for the poller's descriptor, the eventfd or
+ * extra_fd (ignored if -1); drive the poller, hand the completions to
+ * done; every second, apply the deadlines of the requests in flight.
+ * Returns whether extra_fd is readable.
  */
-static void
-reap (int poller_fd)
+static bool
+reap (int poller_fd, int extra_fd, void (*done) (struct slot *, int))
 {
   static uint64_t last_expire;
-  struct pollfd fds[2] = {
+  struct pollfd fds[3] = {
     { .fd = poller_fd, .events = POLLIN }, { .fd = done_fd, .events = POLLIN },
+    { .fd = extra_fd, .events = POLLIN },
   };
   struct slot *list, *next;
   uint64_t now, n;
   unsigned i;
 
-  if (poll (fds, 2, 1000) == -1 && errno != EINTR)
+  if (poll (fds, 3, 1000) == -1 && errno != EINTR)
     die ("poll: %m");
   if (fds[0].revents & POLLIN)
     poller_drive (vol->poller);
@@ -385,8 +410,9 @@ reap (int poller_fd)
   }
   for (; list != NULL; list = next) {
     next = list->next;
-    complete (list, list->aio.err);
+    done (list, list->aio.err);
   }
+  return (fds[2].revents & (POLLIN | POLLHUP)) != 0;
 }
 
 /* Write the number of completed requests to the progress file. */
@@ -430,7 +456,7 @@ run (const char *progress, const char *stopfile)
     for (i = 0; i < DEPTH && !stopping; ++i)
       if (!slots[i].busy)
         issue (&slots[i]);
-    reap (poller_fd);
+    reap (poller_fd, -1, complete);
     if (completed - reported >= 64) {
       report_progress (progress);
       reported = completed;
@@ -546,35 +572,129 @@ release (void)
   close (done_fd);
 }
 
-int
-main (int argc, char *argv[])
+/* Script mode: answer a finished request (see the note). */
+static void
+answer (struct slot *s, int err)
 {
-  pthread_t threads[2];
-  int64_t size;
+  const struct leg_cmd *c = &s->aio.cmd;
+  const char *how = s->refused ? "sync" : s->finished ? "finished" : "inline";
+
+  if (err != 0)
+    printf ("error %s %s\n", strerrorname_np (err), how);
+  else if (c->op == OP_READ) {
+    int fd = open (s->want, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd == -1 || write (fd, s->buf, c->count) != (ssize_t) c->count ||
+        close (fd) == -1)
+      die ("%s: %m", s->want);
+    printf ("ok %s\n", how);
+  }
+  else
+    printf ("ok %s\n", how);
+  s->busy = false;
+}
+
+/* Script mode: start the request of one command line in slot 0.  The
+ * file name goes into the slot's want buffer (unused in this mode).
+ */
+static void
+run_command (char *line)
+{
+  struct slot *s = &slots[0];
+  char op[16];
+  uint64_t offset;
+  uint32_t count;
+  bool sync;
+  int fd, n;
+
+  if (sscanf (line, "%15s %" SCNu64 " %" SCNu32 " %n", op, &offset, &count,
+              &n) != 3 || line[n] == '\0' || count == 0 ||
+      count > MAX_BLOCKS * BLOCK ||
+      (strcmp (op, "write") != 0 && strcmp (op, "read") != 0 &&
+       strcmp (op, "sync-write") != 0))
+    die ("bad command: %s", line);
+  sync = strcmp (op, "sync-write") == 0;
+  snprintf (s->want, MAX_BLOCKS * BLOCK, "%s", line + n);
+  s->aio.cmd = (struct leg_cmd) {
+    .op = OP_READ, .buf = s->buf, .count = count, .offset = offset,
+  };
+  if (strcmp (op, "read") != 0) {
+    s->aio.cmd.op = OP_WRITE;
+    s->aio.cmd.flags = ENGINE_FLAG_FUA;
+    fd = open (s->want, O_RDONLY);
+    if (fd == -1 || read (fd, s->buf, count) != (ssize_t) count ||
+        close (fd) == -1)
+      die ("%s: cannot read %" PRIu32 " bytes: %m", s->want, count);
+  }
+  s->aio.done = aio_done;
+  s->busy = true;
+  s->refused = sync;
+  s->finished = false;
+  if (sync) {
+    pthread_mutex_lock (&lock);
+    push (&work_list, s, &work_cond);
+    pthread_mutex_unlock (&lock);
+  }
+  else if (!engine_aio_start (vol, &s->aio)) {
+    s->busy = false;
+    printf ("refused\n");
+  }
+}
+
+/* Script mode: run commands from stdin one at a time until its end. */
+static void
+run_script (void)
+{
+  int poller_fd = poller_adopt (vol->poller);
+  char buf[4096];
+  size_t have = 0;
+  bool eof = false, readable = false;
+  char *nl;
+  ssize_t r;
+
+  setvbuf (stdout, NULL, _IOLBF, 0);
+  while (!eof || have > 0 || slots[0].busy) {
+    if (!slots[0].busy && (nl = memchr (buf, '\n', have)) != NULL) {
+      *nl = '\0';
+      run_command (buf);
+      have -= nl + 1 - buf;
+      memmove (buf, nl + 1, have);
+      continue;
+    }
+    if (!slots[0].busy && eof)
+      die ("a command without its newline at the end of the input");
+    if (readable && !eof) {
+      if (have == sizeof buf)
+        die ("a command line longer than %zu bytes", sizeof buf);
+      r = read (0, buf + have, sizeof buf - have);
+      if (r == -1 && errno != EINTR)
+        die ("stdin: %m");
+      eof = r == 0;
+      have += r > 0 ? (size_t) r : 0;
+    }
+    readable = reap (poller_fd, eof || slots[0].busy ? -1 : 0, answer);
+  }
+  if (poller_release (vol->poller) == -1)
+    die ("the poller did not restart");
+}
+
+/* Start the finisher and the worker threads. */
+static void
+start_helpers (pthread_t *threads)
+{
   int i, r;
 
-  if (argc < 5)
-    die ("usage: aio-driver PROGRESS STOPFILE EXPECTED KEY=VALUE...");
-  signal (SIGPIPE, SIG_IGN);
-  start_engine (argc - 4, argv + 4);
-  size = engine_get_size (vol);
-  if (size < (int64_t) (MAX_BLOCKS * BLOCK))
-    die ("the volume is too small: %" PRIi64 " bytes", size);
-  size -= size % BLOCK;
-  allocate ((uint64_t) size);
   for (i = 0; i < 2; ++i) {
     r = pthread_create (&threads[i], NULL, helper, i ? &threads[i] : NULL);
     if (r != 0)
       die ("pthread_create: %s", strerror (r));
   }
+}
 
-  /* Start from a known image: zero the whole volume. */
-  {
-    int err = 0;
-    if (engine_zero (vol, (uint32_t) size, 0, 0, &err) == -1)
-      die ("zeroing the volume: %s", strerror (err));
-  }
-  run (argv[1], argv[2]);
+/* Stop the finisher and the worker threads. */
+static void
+stop_helpers (pthread_t *threads)
+{
+  int i;
 
   pthread_mutex_lock (&lock);
   threads_stop = true;
@@ -583,6 +703,53 @@ main (int argc, char *argv[])
   pthread_mutex_unlock (&lock);
   for (i = 0; i < 2; ++i)
     pthread_join (threads[i], NULL);
+}
+
+/* Script mode's main. */
+static int
+script_main (int argc, char **argv)
+{
+  pthread_t threads[2];
+
+  start_engine (argc, argv);
+  allocate ((uint64_t) MAX_BLOCKS * BLOCK);
+  start_helpers (threads);
+  run_script ();
+  stop_helpers (threads);
+  engine_stop (vol);
+  engine_free (vol);
+  release ();
+  return EXIT_SUCCESS;
+}
+
+int
+main (int argc, char *argv[])
+{
+  pthread_t threads[2];
+  int64_t size;
+
+  signal (SIGPIPE, SIG_IGN);
+  if (argc >= 2 && strcmp (argv[1], "--script") == 0)
+    return script_main (argc - 2, argv + 2);
+  if (argc < 5)
+    die ("usage: aio-driver PROGRESS STOPFILE EXPECTED KEY=VALUE...\n"
+         "       aio-driver --script KEY=VALUE...");
+  start_engine (argc - 4, argv + 4);
+  size = engine_get_size (vol);
+  if (size < (int64_t) (MAX_BLOCKS * BLOCK))
+    die ("the volume is too small: %" PRIi64 " bytes", size);
+  size -= size % BLOCK;
+  allocate ((uint64_t) size);
+  start_helpers (threads);
+
+  /* Start from a known image: zero the whole volume. */
+  {
+    int err = 0;
+    if (engine_zero (vol, (uint32_t) size, 0, 0, &err) == -1)
+      die ("zeroing the volume: %s", strerror (err));
+  }
+  run (argv[1], argv[2]);
+  stop_helpers (threads);
   wait_healthy ();
   verify_and_save (argv[3], (uint64_t) size);
   engine_stop (vol);
