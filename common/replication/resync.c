@@ -77,6 +77,14 @@
  * (clear_copied).  For tests only (test-safety-checkpoint-fail.sh).
  */
 int replicate_debug_checkpoint_pause = 0;   /* exported by the .syms */
+
+/* -D replicate.finish_pause=MS: the end of a resync waits MS
+ * milliseconds between writing every bitmap page to its target and
+ * publishing the target as uptodate, the window in which a page written
+ * meanwhile must still reach it (meta_persist_bitmaps writes to the
+ * syncing legs too).  For tests only (test-safety-join-bitmap.sh).
+ */
+int replicate_debug_finish_pause = 0;       /* exported by the .syms */
 #define BUSY_NS (250000000ULL)
 
 /* A run copied but not yet flushed on the target. */
@@ -277,6 +285,20 @@ clear_copied (struct resync *rs, const struct run *runs, size_t nr)
     bitmap_clear_range (rs->bm, runs[i].first, runs[i].last);
 }
 
+/* Sleep ms milliseconds if a -D replicate.FLAG pause for tests is set,
+ * saying so in the debug log ("WHERE: pausing MS ms WHAT").
+ */
+static void
+debug_pause (int ms, const char *where, const char *what, const char *flag)
+{
+  if (ms <= 0)
+    return;
+  nbdkit_debug ("%s: pausing %d ms %s (-D replicate.%s)", where, ms, what,
+                flag);
+  nanosleep (&(struct timespec) {
+      .tv_sec = ms / 1000, .tv_nsec = ms % 1000 * 1000000L }, NULL);
+}
+
 /* Flush the target, then clear the runs that were copied before the
  * flush and write the bitmap.  Returns -1 if the target failed.
  */
@@ -306,14 +328,8 @@ checkpoint (struct resync *rs)
                      strerror (e));
     return -1;
   }
-  if (replicate_debug_checkpoint_pause > 0) {
-    nbdkit_debug ("resync checkpoint: pausing %d ms before clearing "
-                  "(-D replicate.checkpoint_pause)",
-                  replicate_debug_checkpoint_pause);
-    nanosleep (&(struct timespec) {
-        .tv_sec = replicate_debug_checkpoint_pause / 1000,
-        .tv_nsec = replicate_debug_checkpoint_pause % 1000 * 1000000L }, NULL);
-  }
+  debug_pause (replicate_debug_checkpoint_pause, "resync checkpoint",
+               "before clearing", "checkpoint_pause");
   clear_copied (rs, runs, nr);
   free (runs);
   if (v->metadata)
@@ -661,6 +677,8 @@ finish (struct resync *rs)
       volume_fail_leg (v, l, EPOCH_ANY, "cannot write the bitmaps");
       return -1;
     }
+    debug_pause (replicate_debug_finish_pause, "resync finish",
+                 "before publishing the target", "finish_pause");
   }
   volume_change_begin (v);
   pthread_mutex_lock (&v->change_lock);
