@@ -54,6 +54,7 @@
 
 #include "aio.h"
 #include "al.h"
+#include "judge.h"
 
 /* The request an ioreq belongs to. */
 static struct engine_aio *
@@ -95,7 +96,7 @@ write_done (struct ioreq *r)
     /* No leg failed: judging takes no lock and fails nobody. */
     uint16_t counted;
 
-    a->err = io_judge_write (v, r, a->writing, a->uptodate, "write",
+    a->err = judge_write (v, r, a->writing, a->uptodate, "write",
                              &counted);
     release_write (a);
   }
@@ -145,7 +146,7 @@ start_write (struct volume *v, struct engine_aio *a)
   membership_leave_write (v, ticket);
   a->writing = MB_WRITING (m);
   a->uptodate = MB_UPTODATE (m);
-  if (!io_is_quorum (v, a->uptodate)) {
+  if (!judge_is_quorum (v, a->uptodate)) {
     release_write (a);          /* the synchronous path says EIO */
     return false;
   }
@@ -201,10 +202,10 @@ finish_write (struct engine_aio *a)
   int err;
 
   ioreq_fua_flush (&a->r);
-  err = io_judge_write (a->v, &a->r, a->writing, a->uptodate, "write",
+  err = judge_write (a->v, &a->r, a->writing, a->uptodate, "write",
                         &counted);
   release_write (a);
-  return io_acknowledge (a->v, err, counted);
+  return judge_acknowledge (a->v, err, counted);
 }
 
 /* Complete an unfinished request (may block). */

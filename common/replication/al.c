@@ -44,6 +44,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "judge.h"
 #include "al.h"
 #include "metaio.h"
 #include "cleanup.h"
@@ -540,7 +541,7 @@ al_cool (struct al *al)
   int err;
 
   if (nr_cand > 0) {
-    if (io_flush_legs (v, MB_WRITING (membership_load (v)), &err) == -1 ||
+    if (judge_flush_legs (v, MB_WRITING (membership_load (v)), &err) == -1 ||
         meta_persist_bitmaps (v) == -1)
       nr_cand = 0;              /* nothing is known to be durable */
   }

@@ -42,6 +42,7 @@
 
 #include <libnbd.h>
 
+#include "clock.h"
 #include "engine.h"
 #include "params.h"
 #include "meta.h"
@@ -456,9 +457,9 @@ extern struct conn *leg_pick_conn (struct leg *l);
 extern void leg_set_error (struct leg *l, const char *fs, ...)
   __attribute__ ((format (printf, 2, 3)));
 extern const char *leg_name (const struct leg *l, char *buf, size_t len);
+extern void leg_back_off_locked (struct leg *l);
 
 /* ioreq.c */
-extern uint64_t now_ns (void);
 extern void ioreq_init (struct ioreq *r, struct volume *v);
 extern void ioreq_submit (struct ioreq *r, struct leg *l,
                           const struct leg_cmd *cmd);
@@ -478,7 +479,14 @@ extern void ioreq_destroy (struct ioreq *r);
 extern int leg_sync_io (struct leg *l, const struct leg_cmd *cmd);
 
 /* member.c: membership changes. */
-extern uint64_t membership_load (struct volume *v);
+
+/* The current membership word (inline: every layer reads it). */
+static inline uint64_t
+membership_load (struct volume *v)
+{
+  return atomic_load (&v->membership);
+}
+
 extern void volume_lock_init (struct volume *v);
 extern bool volume_lock_held (struct volume *v);
 extern void leg_init_state (struct leg *l, enum leg_state s);
@@ -493,6 +501,7 @@ extern void volume_change_begin (struct volume *v);
 extern void volume_change_end (struct volume *v);
 extern void volume_wait_changes (struct volume *v);
 extern void volume_wake_monitor (struct volume *v);
+extern int volume_alloc_bitmap (struct volume *v, unsigned slot);
 /* An epoch that matches any connection of a leg (operator actions). */
 #define EPOCH_ANY UINT_MAX
 extern bool volume_mark_failed (struct volume *v, struct leg *l,
@@ -503,26 +512,17 @@ extern void volume_fail_leg (struct volume *v, struct leg *l, unsigned epoch,
   __attribute__ ((format (printf, 4, 5)));
 
 /* io.c */
-extern int io_flush_legs (struct volume *v, uint16_t legs, int *err);
 extern int io_write_locked (struct volume *v, const struct leg_cmd *cmd,
                             uint16_t *counted);
 extern uint64_t io_max_piece (struct volume *v);
 extern void io_mark_absent (struct volume *v, uint16_t absent,
                             uint64_t offset, uint64_t count);
-extern bool io_is_quorum (const struct volume *v, uint16_t legs);
-extern int io_judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
-                           uint16_t uptodate, const char *what,
-                           uint16_t *counted);
-extern int io_acknowledge (struct volume *v, int err, uint16_t counted);
 extern int io_choose_read_leg (struct volume *v, uint16_t candidates);
 extern int io_read_failed (struct volume *v, uint16_t up, unsigned li,
                            unsigned epoch, int e);
 extern int io_read_from_legs (struct volume *v, const struct leg_cmd *cmd,
                               uint16_t tried, int last, int *err);
 
-/* start.c, volume.c */
-extern int volume_alloc_bitmap (struct volume *v, unsigned slot);
-extern int volume_init_rangelock (struct volume *v);
 
 /* monitor.c */
 /* What a leg that answers (again) is to the running volume. */
@@ -535,6 +535,5 @@ extern size_t monitor_forget_old_connections (struct volume *v,
                                               struct leg *l);
 extern int monitor_start (struct volume *v);
 extern void monitor_stop (struct volume *v);
-extern void leg_back_off_locked (struct leg *l);
 
 #endif /* REPLICATE_INTERNAL_H */

@@ -10,27 +10,19 @@
  *      slots, give the ticket back;
  *   5. issue to every leg that receives writes, sleep once;
  *   6. emulate FUA with a flush where the leg lacks it;
- *   7. judge the answers: a refusal of the request every leg returned
- *      alike (EINVAL, EPERM ...: nothing was touched) goes to the
- *      client and fails nobody; any other error fails the legs that
- *      returned it (recorded before we return), and when every leg
- *      returned one, all but one of them, so that the range reads the
- *      same on the uptodate legs again; success needs `quorum` legs
- *      that were uptodate at step 4;
- *   8. release the extents and the range, wait until any membership
- *      change is recorded, and acknowledge a success only if the legs
- *      it counted on are still uptodate then (a change that could not
- *      be recorded failed them: the write is EIO).
+ *   7. judge the answers (judge.c): a refusal every leg returned alike
+ *      fails nobody, any other error fails the legs that returned it,
+ *      success needs `quorum` legs that were uptodate at step 4;
+ *   8. release the extents and the range, and acknowledge a success
+ *      only once every membership change under way is recorded and the
+ *      legs it counted on are still uptodate (judge_acknowledge).
  *
  * The client's buffer goes straight to libnbd: no copy.
  *
  * Cost on the hot path (a write to hot extents of a healthy volume, each
  * leg answering): steps 3 and 4 are a compare-and-swap per extent and
- * one load of the membership word (no ticket: see member.c), step 7
- * looks only at the mask of legs that failed, and the quorum is counted
- * with an inline popcount of the 16-bit masks (x86-64's baseline has no
- * POPCNT instruction; __builtin_popcount would call libgcc), and only
- * for quorum > 1: with quorum 1 a non-empty mask is enough.
+ * one load of the membership word (no ticket: see member.c), and step
+ * 7 looks only at the mask of legs that failed.
  */
 
 #include <config.h>
@@ -40,6 +32,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "judge.h"
 #include "al.h"
 #include "cleanup.h"
 #include "array.h"
@@ -74,165 +67,6 @@ io_mark_absent (struct volume *v, uint16_t absent, uint64_t offset,
   }
 }
 
-/* Number of bits set in a 16-bit mask, without libgcc's popcount. */
-static unsigned
-count16 (uint16_t m)
-{
-  unsigned x = m;
-
-  x = x - ((x >> 1) & 0x5555);
-  x = (x & 0x3333) + ((x >> 2) & 0x3333);
-  x = (x + (x >> 4)) & 0x0f0f;
-  return (x + (x >> 8)) & 0x1f;
-}
-
-/* Does a set of legs make a quorum? */
-bool
-io_is_quorum (const struct volume *v, uint16_t legs)
-{
-  return v->quorum <= 1 ? legs != 0 : count16 (legs) >= v->quorum;
-}
-
-/* Do the legs agree on one refusal of the request (see
- * errno_is_refusal)?  Then it is returned to the client and nobody
- * fails: no leg touched its data.
- */
-static int
-common_refusal (const struct ioreq *r, uint16_t legs)
-{
-  int common = 0;
-  unsigned i;
-
-  for (i = 0; i < MAX_LEGS; ++i) {
-    int e;
-    if (!(legs & (1u << i)))
-      continue;
-    e = ioreq_leg_error (r, i);
-    if (!errno_is_refusal (e) || (common && e != common))
-      return 0;
-    common = e;
-  }
-  return common;
-}
-
-/* Every leg of a write-like request failed it with a data-path error:
- * each may or may not hold the data now.  One leg is kept (the lowest
- * uptodate one that answered, rather than timed out or lost its
- * connection) and the others are failed, so the range reads the same
- * on every uptodate leg again; their bitmaps get the range (it is hot
- * in the activity log), and their resync makes them equal to the one
- * kept.  Returns the leg kept, as a mask (0 if none can be).
- */
-static uint16_t
-keep_one_leg (struct volume *v, const struct ioreq *r, uint16_t legs,
-              uint16_t uptodate)
-{
-  uint16_t candidates = legs & uptodate & MB_UPTODATE (membership_load (v)) &
-    ~r->timed_out;
-  unsigned i;
-
-  for (; candidates != 0; candidates &= candidates - 1) {
-    i = (unsigned) __builtin_ctz (candidates);
-    if (!errno_is_disconnect (ioreq_leg_error (r, i)))
-      return (uint16_t) (1u << i);
-  }
-  return 0;
-}
-
-/* A write that no uptodate leg took was taken by syncing legs (took):
- * they may now hold data that no uptodate leg holds, in a range their
- * resync has copied already.  They are failed too, while the range is
- * still hot in the activity log (the caller holds its extents), so
- * their bitmaps get it and their next resync copies it again from an
- * uptodate leg.
- */
-static void
-fail_lone_takers (struct volume *v, const struct ioreq *r, uint16_t took)
-{
-  unsigned i;
-
-  for (; took != 0; took &= took - 1) {
-    i = (unsigned) __builtin_ctz (took);
-    volume_fail_leg (v, &v->legs[i], r->epoch[i],
-                     "took a write that no uptodate leg took");
-  }
-}
-
-/* Judge the answers of a write-like request (what: "write", "flush")
- * sent to `legs`, failing the legs that must fail.  Returns 0 or an
- * errno for the client.
- *
- * A refusal every leg returned alike goes to the client and fails
- * nobody.  Any other error fails the legs that returned it, except
- * when every leg did: then one is kept (keep_one_leg) and the client
- * gets the error.
- *
- * Success counts only legs that took the request, were uptodate when
- * it started, and are still uptodate once the failures of the others
- * have been recorded: if recording a failure failed everywhere (the
- * generation could not be bumped), no leg is left to count and the
- * client is told EIO rather than a write nobody can vouch for.
- */
-int
-io_judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
-                uint16_t uptodate, const char *what, uint16_t *counted)
-{
-  uint16_t bad = (uint16_t) ((atomic_load (&r->failed) | r->timed_out) & legs);
-  int common, first_err = 0;
-  uint16_t took;
-  unsigned i;
-
-  /* Every leg took it (the common case): nothing to fail. */
-  if (bad == 0) {
-    *counted = legs & uptodate;
-    return io_is_quorum (v, *counted & MB_UPTODATE (membership_load (v)))
-      ? 0 : EIO;
-  }
-  *counted = 0;
-
-  common = common_refusal (r, legs);
-  if (common != 0)
-    return errno_for_client (common);
-  took = legs & ~bad;
-  if (took == 0)
-    bad &= ~keep_one_leg (v, r, legs, uptodate);
-  for (; bad != 0; bad &= bad - 1) {
-    int e;
-    i = (unsigned) __builtin_ctz (bad);
-    e = ioreq_leg_error (r, i);
-    if (first_err == 0)
-      first_err = e;
-    volume_fail_leg (v, &v->legs[i], r->epoch[i], "%s failed: %s", what,
-                     strerror (e));
-  }
-  if (first_err == 0)
-    first_err = ioreq_leg_error (r, (unsigned) __builtin_ctz (legs));
-  if ((took & uptodate) == 0)
-    fail_lone_takers (v, r, took);
-  took &= uptodate;
-  *counted = took;
-  if (io_is_quorum (v, took & MB_UPTODATE (membership_load (v))))
-    return 0;
-  return errno_for_client (first_err) == ENOSPC ? ENOSPC : EIO;
-}
-
-/* Step 8: wait until no membership change is being recorded, then let
- * a success stand only if the legs it counted on (see io_judge_write)
- * still make a quorum.  A change recorded meanwhile keeps them
- * uptodate; one that could not be recorded anywhere failed them all,
- * and the write, which no recorded generation vouches for, is EIO
- * (DESIGN.md section 13).  Returns the errno for the client.
- */
-int
-io_acknowledge (struct volume *v, int err, uint16_t counted)
-{
-  volume_wait_changes (v);
-  if (err == 0 &&
-      !io_is_quorum (v, counted & MB_UPTODATE (membership_load (v))))
-    return EIO;
-  return err;
-}
-
 /* Steps 3 to 7 of one piece whose range lock the caller holds (verify
  * repairs under the lock it compared with).  Returns 0 or an errno.
  */
@@ -258,14 +92,14 @@ io_write_locked (struct volume *v, const struct leg_cmd *cmd,
   uptodate = MB_UPTODATE (m);
 
   *counted = 0;
-  if (!io_is_quorum (v, uptodate))
+  if (!judge_is_quorum (v, uptodate))
     err = EIO;
   else {
     ioreq_init (&r, v);
     for (w = writing; w != 0; w &= w - 1)
       ioreq_submit (&r, &v->legs[__builtin_ctz (w)], cmd);
     ioreq_wait_fua (&r);
-    err = io_judge_write (v, &r, writing, uptodate, "write", counted);
+    err = judge_write (v, &r, writing, uptodate, "write", counted);
     ioreq_destroy (&r);
   }
 
@@ -286,7 +120,7 @@ write_piece (struct volume *v, const struct leg_cmd *cmd)
     return ENOMEM;
   err = io_write_locked (v, cmd, &counted);
   rangelock_unlock (v->rl, &hold);
-  return io_acknowledge (v, err, counted);
+  return judge_acknowledge (v, err, counted);
 }
 
 /* A write-like request, cut into pieces.  Returns 0 or -1 with *err. */
@@ -358,37 +192,11 @@ engine_trim (struct volume *v, uint32_t count, uint64_t offset,
                       (flags & ENGINE_FLAG_FUA) | ENGINE_FLAG_MAY_TRIM, err);
 }
 
-/* Flush a set of legs; fail those that cannot.  Returns 0 if at least
- * `quorum` uptodate legs flushed, else -1 with *err.
- */
-int
-io_flush_legs (struct volume *v, uint16_t legs, int *err)
-{
-  static const struct leg_cmd flush = { .op = OP_FLUSH };
-  struct ioreq r;
-  uint16_t counted;
-  int e;
-
-  ioreq_init (&r, v);
-  for (uint16_t l = legs; l != 0; l &= l - 1)
-    ioreq_submit (&r, &v->legs[__builtin_ctz (l)], &flush);
-  ioreq_wait (&r);
-  e = io_judge_write (v, &r, legs, legs & MB_UPTODATE (membership_load (v)),
-                      "flush", &counted);
-  ioreq_destroy (&r);
-  e = io_acknowledge (v, e, counted);
-  if (e != 0) {
-    *err = e;
-    return -1;
-  }
-  return 0;
-}
-
 /* Client flush: every leg that receives writes. */
 int
 engine_flush (struct volume *v, int *err)
 {
-  return io_flush_legs (v, MB_WRITING (membership_load (v)), err);
+  return judge_flush_legs (v, MB_WRITING (membership_load (v)), err);
 }
 
 /* Choose the leg for a read among candidates. */

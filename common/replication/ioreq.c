@@ -112,23 +112,6 @@ count_latency (struct leg_stats *s, uint64_t us)
   atomic_fetch_add_explicit (&s->latency_count, 1, memory_order_relaxed);
 }
 
-/* Clock id's time in nanoseconds. */
-static uint64_t
-clock_ns (clockid_t id)
-{
-  struct timespec ts;
-
-  clock_gettime (id, &ts);
-  return (uint64_t) ts.tv_sec * 1000000000 + (uint64_t) ts.tv_nsec;
-}
-
-/* Monotonic time in nanoseconds. */
-uint64_t
-now_ns (void)
-{
-  return clock_ns (CLOCK_MONOTONIC);
-}
-
 /* The states of an ioreq's futex word (see the design note). */
 enum { WAKE_IDLE, WAKE_SLEEPING, WAKE_DONE };
 

@@ -239,6 +239,7 @@ leg_leave (struct leg *l)
 /* Requests a connection takes before the next one is used: nbdkit
  * serves 16 requests of a connection at once by default (-t 16).
  */
+#define MAX_BACKOFF 30          /* seconds between reconnections, at most */
 #define CONN_SATURATION 16
 
 /* The connection for the next request: the first one that is not
@@ -317,4 +318,15 @@ leg_close (struct leg *l)
     }
     conn_close (c);
   }
+}
+
+/* Schedule the next reconnection attempt of a failed leg, doubling
+ * the delay.  v->lock held.
+ */
+void
+leg_back_off_locked (struct leg *l)
+{
+  l->backoff = l->backoff == 0 ? 1
+    : l->backoff * 2 > MAX_BACKOFF ? MAX_BACKOFF : l->backoff * 2;
+  l->next_attempt_ns = now_ns () + (uint64_t) l->backoff * 1000000000;
 }

@@ -57,13 +57,6 @@
 #include "metaio.h"
 #include "cleanup.h"
 
-/* The current membership word. */
-uint64_t
-membership_load (struct volume *v)
-{
-  return atomic_load (&v->membership);
-}
-
 /* This thread's stripe of the write counters (from its thread id:
  * no thread-local storage, which thread sanitizers misjudge in a
  * dlopen'ed plugin).
@@ -305,6 +298,33 @@ volume_wait_changes (struct volume *v)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
   while (atomic_load (&v->pending_changes) > 0)
     pthread_cond_wait (&v->cond, &v->lock);
+}
+
+/* Allocate the bitmap of a slot (and its page sequence numbers). */
+int
+volume_alloc_bitmap (struct volume *v, unsigned slot)
+{
+  uint64_t bits = v->metadata ? v->layout.nr_chunks
+                              : (v->size + v->cfg.chunk - 1) / v->cfg.chunk;
+
+  if (v->bitmaps[slot] != NULL)
+    return 0;
+  v->bitmaps[slot] = calloc (1, sizeof *v->bitmaps[slot]);
+  if (v->bitmaps[slot] == NULL ||
+      bitmap_init (v->bitmaps[slot], bits) == -1) {
+    nbdkit_error ("bitmap: %m");
+    free (v->bitmaps[slot]);
+    v->bitmaps[slot] = NULL;
+    return -1;
+  }
+  if (v->metadata) {
+    v->bm_seq[slot] = calloc (v->layout.bm_pages, sizeof *v->bm_seq[slot]);
+    if (v->bm_seq[slot] == NULL) {
+      nbdkit_error ("calloc: %m");
+      return -1;
+    }
+  }
+  return 0;
 }
 
 /* Wake the monitor thread (a leg to reconnect or resync). */

@@ -37,6 +37,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "judge.h"
 #include "metaio.h"
 #include "al.h"
 #include "random.h"
@@ -426,7 +427,7 @@ restore_recorded (struct volume *v, const struct superblock *recorded,
  * generation (or one this bump wrote to it, see restore_recorded) is
  * uptodate again if it is a member of it (it holds the newest data
  * there is), and the leg whose failure could not be recorded is not.
- * The writes that waited for this bump are EIO (io_acknowledge: the
+ * The writes that waited for this bump are EIO (judge_acknowledge: the
  * legs they counted on have failed).
  */
 int

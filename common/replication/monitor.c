@@ -3,7 +3,7 @@
  * and starts resyncs.
  *
  * A failed leg is retried with exponential backoff (1 s doubling to
- * MAX_BACKOFF); one that refused (a TLS setup that cannot work, a leg
+ * 30 s, leg_back_off_locked in leg.c); one that refused (a TLS setup that cannot work, a leg
  * of another volume ...) every REFUSED_RETRY seconds only: it needs
  * the operator, who fixes it (a key file, the leg's storage) and then
  * need not wait: `nbdrep resync CTL INDEX` tries again at once, and
@@ -38,20 +38,7 @@
 #include "random.h"
 #include "cleanup.h"
 
-#define MAX_BACKOFF 30
 #define REFUSED_RETRY 60
-
-/* Schedule the next reconnection attempt of a failed leg, doubling
- * the delay.  v->lock held.
- */
-void
-leg_back_off_locked (struct leg *l)
-{
-  l->backoff = l->backoff == 0 ? 1
-    : l->backoff * 2 > MAX_BACKOFF ? MAX_BACKOFF : l->backoff * 2;
-  l->next_attempt_ns = now_ns () + (uint64_t) l->backoff * 1000000000;
-}
-
 
 /* Is this leg's storage that of another present leg (its superblock
  * carries that leg's UUID)?  Then why says so.

@@ -316,33 +316,6 @@ set_geometry (struct volume *v, const struct superblock *ref)
   return check_leg_sizes (v, v->size + v->layout.md_size);
 }
 
-/* Allocate the bitmap of a slot (and its page sequence numbers). */
-int
-volume_alloc_bitmap (struct volume *v, unsigned slot)
-{
-  uint64_t bits = v->metadata ? v->layout.nr_chunks
-                              : (v->size + v->cfg.chunk - 1) / v->cfg.chunk;
-
-  if (v->bitmaps[slot] != NULL)
-    return 0;
-  v->bitmaps[slot] = calloc (1, sizeof *v->bitmaps[slot]);
-  if (v->bitmaps[slot] == NULL ||
-      bitmap_init (v->bitmaps[slot], bits) == -1) {
-    nbdkit_error ("bitmap: %m");
-    free (v->bitmaps[slot]);
-    v->bitmaps[slot] = NULL;
-    return -1;
-  }
-  if (v->metadata) {
-    v->bm_seq[slot] = calloc (v->layout.bm_pages, sizeof *v->bm_seq[slot]);
-    if (v->bm_seq[slot] == NULL) {
-      nbdkit_error ("calloc: %m");
-      return -1;
-    }
-  }
-  return 0;
-}
-
 /* Prepare the per-leg metadata buffers of every open leg. */
 static int
 alloc_leg_buffers (struct volume *v)
@@ -811,6 +784,21 @@ negotiate (struct volume *v)
   caps_combine (caps, n, &v->caps);
 }
 
+/* Granules of the range lock: many buckets keep unrelated writes apart. */
+#define RANGELOCK_BUCKETS 1024
+
+/* Create the range lock once the chunk size is final. */
+static int
+init_rangelock (struct volume *v)
+{
+  v->rl = rangelock_new (v->cfg.chunk, RANGELOCK_BUCKETS);
+  if (v->rl == NULL) {
+    nbdkit_error ("rangelock: %m");
+    return -1;
+  }
+  return 0;
+}
+
 /* Start the volume (see the design note).  No thread is left running:
  * the poller runs only while this works.
  */
@@ -824,7 +812,7 @@ engine_start (struct volume *v)
     return -1;
   r = v->metadata ? start_with_metadata (v) : start_without_metadata (v);
   if (r == 0)
-    r = volume_init_rangelock (v);
+    r = init_rangelock (v);
   if (r == 0) {
     negotiate (v);
     v->started = true;

@@ -21,6 +21,7 @@
 #include <libnbd.h>
 
 #include "internal.h"
+#include "judge.h"
 #include "params-text.h"
 #include "al.h"
 #include "control.h"
@@ -29,9 +30,6 @@
 #include "cleanup.h"
 
 const char *engine_config_help = CONFIG_HELP;
-
-/* Granules of the range lock: many buckets keep unrelated writes apart. */
-#define RANGELOCK_BUCKETS 1024
 
 /* nbdkit_parse_size, in the form config_use_parsers takes. */
 static int
@@ -181,18 +179,6 @@ engine_set_local (struct volume *v, const struct local_ops *ops,
   v->local_opaque = opaque;
 }
 
-/* Create the range lock once the chunk size is final. */
-int
-volume_init_rangelock (struct volume *v)
-{
-  v->rl = rangelock_new (v->cfg.chunk, RANGELOCK_BUCKETS);
-  if (v->rl == NULL) {
-    nbdkit_error ("rangelock: %m");
-    return -1;
-  }
-  return 0;
-}
-
 /* Start every thread of a started volume. */
 int
 engine_after_fork (struct volume *v)
@@ -245,7 +231,7 @@ engine_stop (struct volume *v)
       drain_activity_log (v);
   }
   else if (v->threads_running)
-    io_flush_legs (v, MB_WRITING (membership_load (v)), &err);
+    judge_flush_legs (v, MB_WRITING (membership_load (v)), &err);
   for (i = 0; i < v->nr_legs; ++i)
     leg_close (&v->legs[i]);
   if (v->poller)
