@@ -100,6 +100,27 @@ extern int engine_config_complete (struct volume *v);
 /* Help text for the parameters, for --help. */
 extern const char *engine_config_help;
 
+/* A frontend the engine serves beside nbdkit's connections: the ublk
+ * frontend (ublk=ID, ublk.h), which the plugin and the filter register.
+ * The engine calls down into its own layers only; the frontend sits on
+ * top of this header, so the engine reaches it through these functions:
+ * start last in engine_after_fork, once requests can be served (0, or
+ * -1 after nbdkit_error); stop first in engine_stop, while they still
+ * can; release in engine_free; status for the "ublk" object of the
+ * status reply (the volume's lock held; a new reference).
+ */
+struct json_t;
+struct engine_frontend {
+  int (*start) (struct volume *v);
+  void (*stop) (struct volume *v);
+  void (*release) (struct volume *v);
+  struct json_t *(*status) (struct volume *v);
+};
+
+/* Register the frontend.  Must be called before engine_after_fork. */
+extern void engine_set_frontend (struct volume *v,
+                                 const struct engine_frontend *f);
+
 /* Set the filter's leg 0.  Must be called before engine_start. */
 extern void engine_set_local (struct volume *v, const struct local_ops *ops,
                               void *opaque);

@@ -300,6 +300,7 @@ struct volume {
   struct control *control;
   struct verify *verify;
   struct ublk *ublk;            /* the ublk= frontend (ublk.c), or NULL */
+  const struct engine_frontend *frontend;   /* engine_set_frontend */
   struct backup *backup;        /* the running backup (control thread) */
   char backup_lapsed[33];       /* token of the last backup that lapsed */
 };

@@ -17,7 +17,6 @@
 #include "resync.h"
 #include "al.h"
 #include "verify.h"
-#include "ublk.h"
 #include "backup.h"
 #include "random.h"
 #include "cleanup.h"
@@ -234,7 +233,8 @@ volume_json (struct volume *v, const struct backup_status *b, uint64_t gen)
                        json_integer ((json_int_t)
                                      atomic_load (&v->verify_rate)));
   json_object_set_new (j, "verify", verify_json (v));
-  json_object_set_new (j, "ublk", ublk_status_json (v));
+  json_object_set_new (j, "ublk",
+                       v->frontend ? v->frontend->status (v) : json_null ());
   json_object_set_new (j, "backup", backup_json (b));
   json_object_set_new (j, "backup_base", b->have_base ? json_string (b->base)
                                                      : json_null ());

@@ -529,8 +529,10 @@ ublk_new (struct volume *v)
   return u;
 }
 
-/* Create or take back /dev/ublkbID (see ublk.h). */
-int
+/* Create /dev/ublkbID, or take it back from a controller that died or
+ * stopped with ublk-keep=true, and serve it (nothing without ublk=).
+ */
+static int
 ublk_start (struct volume *v)
 {
   struct ublk *u;
@@ -559,8 +561,10 @@ ublk_start (struct volume *v)
   return 0;
 }
 
-/* Stop serving: delete the device or keep it (see the design note). */
-void
+/* Stop serving: delete the device or keep it (see the design note).
+ * Safe when ublk_start failed or never ran.
+ */
+static void
 ublk_stop (struct volume *v)
 {
   struct ublk *u = v->ublk;
@@ -579,21 +583,25 @@ ublk_stop (struct volume *v)
                 u->keep ? "kept for the next controller" : "deleted");
 }
 
-/* Free the frontend (see ublk.h). */
-void
-ublk_free (struct ublk *u)
+/* Free what ublk_start allocated (engine_free). */
+static void
+ublk_release (struct volume *v)
 {
+  struct ublk *u = v->ublk;
+
   if (u == NULL)
     return;
   pthread_mutex_destroy (&u->lock);
   pthread_cond_destroy (&u->cond);
   free (u);
+  v->ublk = NULL;
 }
 
-/* The status object (see ublk.h).  v->lock held.  Before ublk_start
- * has run, the configured values with the state "starting".
+/* The "ublk" object of the status, or null without ublk=.  v->lock
+ * held.  Before ublk_start has run, the configured values with the
+ * state "starting".
  */
-json_t *
+static json_t *
 ublk_status_json (struct volume *v)
 {
   struct ublk *u = v->ublk;
@@ -627,3 +635,11 @@ ublk_status_json (struct volume *v)
                     "direct", (json_int_t) direct,
                     "recovered", recovered, "keep", v->cfg.ublk_keep);
 }
+
+/* The frontend, as the engine runs it (engine_set_frontend). */
+const struct engine_frontend ublk_frontend = {
+  .start = ublk_start,
+  .stop = ublk_stop,
+  .release = ublk_release,
+  .status = ublk_status_json,
+};

@@ -19,29 +19,21 @@
 #include <jansson.h>
 #include <linux/ublk_cmd.h>
 
+#include "engine.h"
+
 struct volume;
 struct ublk;
 
 /* ---- running the frontend (ublk.c) ----------------------------------- */
 
-/* Create /dev/ublkbID, or take it back from a controller that died or
- * stopped with ublk-keep=true, and serve it.  Called last in
- * engine_after_fork, once the engine can serve requests.  Returns 0 or
- * -1 after nbdkit_error.
+/* The frontend, for engine_set_frontend: the plugin and the filter
+ * register it.  With ublk=ID its start creates /dev/ublkbID, or takes
+ * it back from a controller that died or stopped with ublk-keep=true,
+ * and serves it; its stop deletes the device, or with ublk-keep=true
+ * leaves it waiting for the next controller.  Without ublk= both do
+ * nothing and its status is null.
  */
-extern int ublk_start (struct volume *v);
-
-/* Stop serving: delete the device, or with ublk-keep=true leave it
- * waiting for the next controller.  Called first in engine_stop, while
- * the engine still serves.  Safe when ublk_start failed or never ran.
- */
-extern void ublk_stop (struct volume *v);
-
-/* Free what ublk_start allocated (engine_free). */
-extern void ublk_free (struct ublk *u);
-
-/* The "ublk" object of the volume's status, or null without ublk=. */
-extern json_t *ublk_status_json (struct volume *v);
+extern const struct engine_frontend ublk_frontend;
 
 /* ---- pure decisions (ublk-map.c) --------------------------------------- */
 

@@ -26,7 +26,6 @@
 #include "al.h"
 #include "control.h"
 #include "verify.h"
-#include "ublk.h"
 #include "cleanup.h"
 
 const char *engine_config_help = CONFIG_HELP;
@@ -90,7 +89,8 @@ engine_free (struct volume *v)
   for (i = 0; i < NR_FILE_PARAMS; ++i)
     free (v->file_params[i]);
   al_free (v->al);
-  ublk_free (v->ublk);
+  if (v->frontend)
+    v->frontend->release (v);
   poller_free (v->poller);
   if (v->rl)
     rangelock_free (v->rl);
@@ -146,6 +146,11 @@ engine_config_complete (struct volume *v)
     nbdkit_error ("%s", err);
     return -1;
   }
+  if (v->cfg.ublk_id >= 0 && v->frontend == NULL) {
+    nbdkit_error ("ublk=%d: this program has no ublk frontend",
+                  v->cfg.ublk_id);
+    return -1;
+  }
   /* Before the fork: a path we must not take is refused on the terminal. */
   if (v->cfg.control && control_check_path (v->cfg.control) == -1)
     return -1;
@@ -179,6 +184,13 @@ engine_set_local (struct volume *v, const struct local_ops *ops,
   v->local_opaque = opaque;
 }
 
+/* Register the frontend (see engine.h). */
+void
+engine_set_frontend (struct volume *v, const struct engine_frontend *f)
+{
+  v->frontend = f;
+}
+
 /* Start every thread of a started volume. */
 int
 engine_after_fork (struct volume *v)
@@ -193,7 +205,7 @@ engine_after_fork (struct volume *v)
     return -1;
   v->threads_running = true;
   /* Last: the device is served once the engine is. */
-  return ublk_start (v);
+  return v->frontend ? v->frontend->start (v) : 0;
 }
 
 /* Empty the activity log for a clean stop: flush and cool until nothing
@@ -220,7 +232,8 @@ engine_stop (struct volume *v)
   int err;
 
   /* First: no request may come after the activity log is emptied. */
-  ublk_stop (v);
+  if (v->frontend)
+    v->frontend->stop (v);
   if (v->cfg.control)
     control_stop (v);
   verify_shutdown (v);

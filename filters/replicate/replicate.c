@@ -30,6 +30,7 @@
 
 #include "engine.h"
 #include "params.h"
+#include "ublk.h"
 #include "cleanup.h"
 
 /* The volume. */
@@ -47,6 +48,8 @@ static void
 replicate_load (void)
 {
   vol = engine_new (SHAPE_FILTER);
+  if (vol)
+    engine_set_frontend (vol, &ublk_frontend);
 }
 
 /* Free it when the filter is unloaded. */

@@ -27,6 +27,7 @@
 
 #include "engine.h"
 #include "params.h"
+#include "ublk.h"
 #include "cleanup.h"
 
 /* The volume this nbdkit serves. */
@@ -37,6 +38,8 @@ static void
 replicate_load (void)
 {
   vol = engine_new (SHAPE_PLUGIN);
+  if (vol)
+    engine_set_frontend (vol, &ublk_frontend);
 }
 
 /* Free it when the plugin is unloaded. */
