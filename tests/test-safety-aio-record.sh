@@ -3,7 +3,7 @@
 #
 # The acknowledgement rule on the asynchronous path (aio.c, the ublk
 # frontend's): a write is acknowledged only if the membership change it
-# waited for was recorded (finish_write -> io_acknowledge in io.c), as
+# waited for was recorded (finish_write -> judge_acknowledge in io.c), as
 # test-safety-failed-record.sh checks on the synchronous path.
 #
 # The controller is tests/aio-driver --script: the engine without
@@ -17,7 +17,7 @@
 #      is started, on B alone; B takes it at once, but a change is being
 #      recorded, so W is unfinished and its finisher waits for the
 #      change, which fails (B is failed too, no leg is uptodate): W must
-#      not be acknowledged.  (Before io_acknowledge, engine_aio_finish
+#      not be acknowledged.  (Before judge_acknowledge, engine_aio_finish
 #      waited for the change and acknowledged W, judged against the
 #      membership of its start.)
 #   2. B is taken down and A comes back first: its failure was noted
