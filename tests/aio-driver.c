@@ -71,6 +71,8 @@
 #include <sys/eventfd.h>
 
 #include "internal.h"
+#include "state.h"
+#include "poller.h"
 #include "aio.h"
 
 #define DEPTH 32

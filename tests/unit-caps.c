@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "internal.h"
+#include "caps.h"
 #include "unit.h"
 
 #define MIB (1024 * 1024)

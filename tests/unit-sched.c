@@ -26,7 +26,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "thread-sched.h"
 #include "unit.h"
 
 struct sched_case {

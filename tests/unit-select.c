@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "internal.h"
+#include "select.h"
 #include "unit.h"
 
 #define MAX_CALLS 8

@@ -31,7 +31,8 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "internal.h"
+#include "params.h"
+#include "state.h"
 #include "unit.h"
 
 struct leg_name_case {

@@ -49,6 +49,9 @@
 #include <sys/socket.h>
 
 #include "internal.h"
+#include "caps.h"
+#include "conn.h"
+#include "ioreq.h"
 #include "wire.h"
 #include "unit.h"
 #include "cleanup.h"

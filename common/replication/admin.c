@@ -28,6 +28,11 @@
 #include <string.h>
 
 #include "internal.h"
+#include "state.h"
+#include "drain.h"
+#include "leg.h"
+#include "member.h"
+#include "monitor.h"
 #include "admin.h"
 #include "metaio.h"
 #include "resync.h"

@@ -55,6 +55,10 @@
 #include "aio.h"
 #include "al.h"
 #include "judge.h"
+#include "state.h"
+#include "ioreq.h"
+#include "member.h"
+#include "io.h"
 
 /* The request an ioreq belongs to. */
 static struct engine_aio *

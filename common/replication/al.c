@@ -44,6 +44,9 @@
 #include <time.h>
 
 #include "internal.h"
+#include "state.h"
+#include "ioreq.h"
+#include "member.h"
 #include "judge.h"
 #include "al.h"
 #include "metaio.h"

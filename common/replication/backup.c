@@ -57,6 +57,9 @@
 #include <time.h>
 
 #include "internal.h"
+#include "state.h"
+#include "ioreq.h"
+#include "member.h"
 #include "backup.h"
 #include "metaio.h"
 #include "random.h"

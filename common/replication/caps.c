@@ -19,7 +19,7 @@
 
 #include <config.h>
 
-#include "internal.h"
+#include "caps.h"
 
 /* Combine the capabilities of n legs. */
 void

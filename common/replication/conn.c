@@ -31,6 +31,9 @@
 #include <libnbd.h>
 
 #include "internal.h"
+#include "conn.h"
+#include "drain.h"
+#include "poller.h"
 #include "cleanup.h"
 #include "tls.h"
 #include "wire.h"

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "copy.h"
+#include "ioreq.h"
 
 #define MAX_EXTENTS 64
 

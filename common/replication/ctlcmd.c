@@ -15,6 +15,9 @@
 #include <string.h>
 
 #include "internal.h"
+#include "state.h"
+#include "member.h"
+#include "monitor.h"
 #include "control.h"
 #include "ctlreq.h"
 #include "admin.h"

@@ -84,6 +84,7 @@
 #include <linux/unix_diag.h>
 
 #include "internal.h"
+#include "drain.h"
 #include "array.h"
 #include "cleanup.h"
 #include "params.h"

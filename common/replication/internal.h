@@ -6,7 +6,7 @@
  * and shared by every client connection.  The filter's leg 0 is local:
  * calls go straight to the plugin underneath, synchronously.
  *
- * Membership is one atomic 64-bit word (see MB_* below): which legs are
+ * Membership is one atomic 64-bit word (MB_* in state.h): which legs are
  * uptodate (serve reads, count for quorum), which receive writes
  * (uptodate + syncing), which metadata slots are absent (their bitmaps
  * collect what they miss), and an epoch that changes with every
@@ -43,65 +43,23 @@
 #include <libnbd.h>
 
 #include "clock.h"
+#include "nbdkit-calls.h"
 #include "engine.h"
 #include "params.h"
 #include "meta.h"
 #include "bitmap.h"
 #include "rangelock.h"
-
-/* The nbdkit functions the engine uses (stubbed in unit tests). */
-extern void nbdkit_error (const char *fs, ...)
-  __attribute__ ((format (printf, 1, 2)));
-extern void nbdkit_debug (const char *fs, ...)
-  __attribute__ ((format (printf, 1, 2)));
-extern char *nbdkit_absolute_path (const char *path);
-extern int64_t nbdkit_parse_size (const char *str);
-extern int nbdkit_parse_bool (const char *str);
+#include "caps.h"
+#include "state.h"
 
 struct al;
 struct resync;
 struct verify;
 struct control;
 struct ublk;
-
-/* ---- membership word ---------------------------------------------- */
-
-#define MB_UPTODATE(m)  ((uint16_t) ((m) & 0xffff))
-#define MB_WRITING(m)   ((uint16_t) (((m) >> 16) & 0xffff))
-#define MB_ABSENT(m)    ((uint16_t) (((m) >> 32) & 0xffff))
-#define MB_EPOCH(m)     ((uint16_t) ((m) >> 48))
-#define MB_MAKE(up, wr, ab, ep) \
-  ((uint64_t) (up) | ((uint64_t) (wr) << 16) | \
-   ((uint64_t) (ab) << 32) | ((uint64_t) (uint16_t) (ep) << 48))
+struct drain_sock;
 
 /* ---- legs ------------------------------------------------------------ */
-
-enum leg_state {
-  LEG_UPTODATE,
-  LEG_SYNCING,
-  LEG_FAILED,
-  LEG_STALE,
-  LEG_REMOVED,
-};
-
-/* What a leg's server can do, read when it connects. */
-struct leg_caps {
-  uint64_t size;
-  bool can_write;
-  bool can_flush;
-  bool can_fua;             /* native FUA */
-  bool can_zero;            /* native write-zeroes */
-  bool can_cache;
-  bool can_extents;
-  bool can_multi_conn;
-  uint32_t min_block, pref_block, max_block;   /* 0 = no information */
-};
-
-/* The legs' capabilities combined (caps.c). */
-struct caps_summary {
-  bool trim;                    /* every leg zeroes natively */
-  uint32_t min_block, pref_block, max_block;   /* combined, 0 = none */
-};
 
 struct poller;
 
@@ -355,186 +313,11 @@ struct ioreq {
   void (*on_done) (struct ioreq *r);
 };
 
-/* ---- functions shared between engine files ---------------------------- */
-
-/* caps.c: what the client is told (pure). */
-extern void caps_combine (const struct leg_caps *const *legs, size_t n,
-                          struct caps_summary *out);
-extern void caps_block_size (const struct caps_summary *c,
-                             uint32_t *minimum, uint32_t *preferred,
-                             uint32_t *maximum);
-
-/* state.c: names and pure decisions. */
-extern const char *leg_state_name (enum leg_state s);
-extern const char *volume_state_name (unsigned uptodate, unsigned total,
-                                      unsigned quorum);
-extern bool errno_fails_leg (int err);
-extern bool errno_is_disconnect (int err);
-extern bool errno_is_refusal (int err);
-extern int errno_for_client (int err);
-extern bool leg_move_allowed (enum leg_state from, enum leg_state to);
-extern bool leg_state_writing (enum leg_state s);
-extern uint64_t membership_compute (const enum leg_state *states,
-                                    size_t nr_legs, uint16_t absent);
-extern uint16_t absent_after_move (uint16_t absent, enum leg_state from,
-                                   enum leg_state to, int slot,
-                                   bool metadata);
-
-/* select.c: which leg serves a read. */
-extern int select_read_leg (enum read_policy policy, uint16_t candidates,
-                            const unsigned *inflight, size_t nr_legs,
-                            unsigned *rr_next);
-
-/* conn.c */
-extern struct conn *conn_connect (struct leg *leg, double timeout,
-                                  bool *refused, char *err, size_t errlen);
-extern void conn_shutdown (struct conn *c);
-extern void conn_close (struct conn *c);
-
-/* drain.c: sockets kept until the server has closed them. */
-enum drain_how {
-  DRAIN_UNIX,           /* a Unix socket: asked of sock_diag */
-  DRAIN_READABLE,       /* TCP, open for reading: read to its end */
-  DRAIN_PEER_CLOSED,    /* the server's end was seen closed already */
-  DRAIN_UNKNOWABLE,     /* a reset, a timeout, TLS aborted first */
-};
-struct drain_sock {
-  int fd;
-  bool readable;        /* DRAIN_READABLE */
-  bool unknowable;      /* it cannot tell by itself (the operator can) */
-};
-struct drain_report {
-  uint64_t since_ns;    /* since when the oldest is kept */
-  size_t blind;         /* Unix sockets the kernel cannot tell about */
-  size_t unknowable;
-};
-extern void drain_check_kernel (void);
-extern void drain_adopt (struct leg *l, int fd, enum drain_how how);
-extern size_t drain_pending (struct leg *l, struct drain_report *r);
-extern size_t drain_forget (struct leg *l);
-extern int drain_orphans (const struct leg *l);
-extern void drain_say_orphans (char *buf, size_t len, int n);
-extern void drain_free (struct leg *l);
-
-/* poller.c */
-extern struct poller *poller_new (bool sched_auto);
-extern void poller_free (struct poller *p);
-extern int poller_start (struct poller *p);
-extern void poller_stop (struct poller *p);
-extern int poller_adopt (struct poller *p);
-extern void poller_drive (struct poller *p);
-extern int poller_release (struct poller *p);
-extern void poller_use_thread (struct poller *p);
-extern bool poller_try_lead (struct poller *p);
-extern int poller_lead (struct poller *p, int timeout_ms);
-extern void poller_end_lead (struct poller *p);
-extern unsigned poller_follow (struct poller *p);
-extern void poller_unfollow (struct poller *p);
-extern void poller_look (struct poller *p);
-extern int replicate_debug_lead;   /* -D replicate.lead=0: never lead */
-extern int conn_attach (struct conn *c, struct poller *p);
-extern void conn_detach (struct conn *c);
-extern void conn_kick_if_needed (struct conn *c);
-extern void conn_want_write (struct conn *c);
-extern void conn_want_abort (struct conn *c);
-extern bool conn_defer_send (const struct conn *c);
-extern bool conn_nobody_drives (const struct conn *c);
-
-/* sched.c: thread policy by queue depth (sched=auto). */
-enum thread_sched { TS_UNSEEN, TS_NORMAL, TS_BATCH, TS_FOREIGN };
-extern enum thread_sched sched_next (enum thread_sched cur, bool lone,
-                                     unsigned depth);
-extern void sched_adapt (bool lone, unsigned depth);
-
-/* leg.c */
-extern int leg_open (struct leg *l, double wait, bool *refused,
-                     char *err, size_t errlen);
-extern void leg_shutdown (struct leg *l);
-extern void leg_close (struct leg *l);
-extern int leg_attach (struct leg *l);
-extern bool leg_enter (struct leg *l);
-extern void leg_leave (struct leg *l);
-extern struct conn *leg_pick_conn (struct leg *l);
-extern void leg_set_error (struct leg *l, const char *fs, ...)
-  __attribute__ ((format (printf, 2, 3)));
-extern const char *leg_name (const struct leg *l, char *buf, size_t len);
-extern void leg_back_off_locked (struct leg *l);
-
-/* ioreq.c */
-extern void ioreq_init (struct ioreq *r, struct volume *v);
-extern void ioreq_submit (struct ioreq *r, struct leg *l,
-                          const struct leg_cmd *cmd);
-extern void ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
-                             const struct leg_cmd *cmd);
-extern void ioreq_wait (struct ioreq *r);
-extern void conn_wake_deferred (struct conn *c);
-extern void ioreq_slot_done (struct ioslot *s, int err);
-extern int ioreq_slot_extents (struct ioslot *s, uint64_t offset,
-                               const uint32_t *entries, size_t nr_entries);
-extern void ioreq_wait_fua (struct ioreq *r);
-extern void ioreq_fua_flush (struct ioreq *r);
-extern void ioreq_release (struct ioreq *r);
-extern void ioreq_expire (struct ioreq *r, uint64_t now);
-extern int ioreq_leg_error (const struct ioreq *r, unsigned li);
-extern void ioreq_destroy (struct ioreq *r);
-extern int leg_sync_io (struct leg *l, const struct leg_cmd *cmd);
-
-/* member.c: membership changes. */
-
 /* The current membership word (inline: every layer reads it). */
 static inline uint64_t
 membership_load (struct volume *v)
 {
   return atomic_load (&v->membership);
 }
-
-extern void volume_lock_init (struct volume *v);
-extern bool volume_lock_held (struct volume *v);
-extern void leg_init_state (struct leg *l, enum leg_state s);
-extern void leg_set_state (struct volume *v, struct leg *l, enum leg_state to,
-                           const char *why);
-extern void membership_set_absent (struct volume *v, uint16_t absent,
-                                   const char *why);
-extern uint16_t membership_enter_write (struct volume *v, uint64_t *m);
-extern void membership_leave_write (struct volume *v, uint16_t ticket);
-extern uint16_t volume_slot_mask_of (struct volume *v, uint16_t legs);
-extern void volume_change_begin (struct volume *v);
-extern void volume_change_end (struct volume *v);
-extern void volume_wait_changes (struct volume *v);
-extern void volume_wake_monitor (struct volume *v);
-extern int volume_alloc_bitmap (struct volume *v, unsigned slot);
-/* An epoch that matches any connection of a leg (operator actions). */
-#define EPOCH_ANY UINT_MAX
-extern bool volume_mark_failed (struct volume *v, struct leg *l,
-                                unsigned epoch, const char *reason,
-                                bool *was_uptodate);
-extern void volume_fail_leg (struct volume *v, struct leg *l, unsigned epoch,
-                             const char *fs, ...)
-  __attribute__ ((format (printf, 4, 5)));
-
-/* io.c */
-extern int io_write_locked (struct volume *v, const struct leg_cmd *cmd,
-                            uint16_t *counted);
-extern uint64_t io_max_piece (struct volume *v);
-extern void io_mark_absent (struct volume *v, uint16_t absent,
-                            uint64_t offset, uint64_t count);
-extern int io_choose_read_leg (struct volume *v, uint16_t candidates);
-extern int io_read_failed (struct volume *v, uint16_t up, unsigned li,
-                           unsigned epoch, int e);
-extern int io_read_from_legs (struct volume *v, const struct leg_cmd *cmd,
-                              uint16_t tried, int last, int *err);
-
-
-/* monitor.c */
-/* What a leg that answers (again) is to the running volume. */
-enum verdict { V_UPTODATE, V_INCREMENTAL, V_FULL, V_REFUSE, V_UNREACHABLE };
-extern enum verdict monitor_examine_leg (struct volume *v, struct leg *l,
-                                         char *err, size_t len);
-extern int monitor_apply_verdict (struct volume *v, struct leg *l,
-                                  enum verdict verdict);
-extern size_t monitor_forget_old_connections (struct volume *v,
-                                              struct leg *l);
-extern int monitor_start (struct volume *v);
-extern void monitor_stop (struct volume *v);
 
 #endif /* REPLICATE_INTERNAL_H */

@@ -32,6 +32,11 @@
 #include <string.h>
 
 #include "internal.h"
+#include "io.h"
+#include "state.h"
+#include "select.h"
+#include "ioreq.h"
+#include "member.h"
 #include "judge.h"
 #include "al.h"
 #include "cleanup.h"

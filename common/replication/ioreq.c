@@ -66,6 +66,12 @@
 #include <libnbd.h>
 
 #include "internal.h"
+#include "ioreq.h"
+#include "state.h"
+#include "conn.h"
+#include "poller.h"
+#include "thread-sched.h"
+#include "leg.h"
 #include "cleanup.h"
 #include "wire.h"
 

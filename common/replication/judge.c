@@ -32,6 +32,9 @@
 #include <string.h>
 
 #include "internal.h"
+#include "state.h"
+#include "ioreq.h"
+#include "member.h"
 #include "judge.h"
 
 /* Number of bits set in a 16-bit mask, without libgcc's popcount. */

@@ -27,6 +27,10 @@
 #include <libnbd.h>
 
 #include "internal.h"
+#include "leg.h"
+#include "caps.h"
+#include "conn.h"
+#include "poller.h"
 #include "cleanup.h"
 
 /* A name for messages: "leg 1 (nbd+unix:///?socket=/r1.sock)". */

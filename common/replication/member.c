@@ -54,6 +54,9 @@
 #include <time.h>
 
 #include "internal.h"
+#include "member.h"
+#include "state.h"
+#include "leg.h"
 #include "metaio.h"
 #include "cleanup.h"
 

@@ -37,6 +37,10 @@
 #include <time.h>
 
 #include "internal.h"
+#include "state.h"
+#include "leg.h"
+#include "ioreq.h"
+#include "member.h"
 #include "judge.h"
 #include "metaio.h"
 #include "al.h"

@@ -32,6 +32,12 @@
 #include <time.h>
 
 #include "internal.h"
+#include "monitor.h"
+#include "state.h"
+#include "drain.h"
+#include "poller.h"
+#include "leg.h"
+#include "member.h"
 #include "metaio.h"
 #include "resync.h"
 #include "al.h"

@@ -99,6 +99,9 @@
 #include <libnbd.h>
 
 #include "internal.h"
+#include "poller.h"
+#include "thread-sched.h"
+#include "ioreq.h"
 #include "cleanup.h"
 #include "array.h"
 #include "rangelock.h"

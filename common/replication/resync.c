@@ -56,6 +56,12 @@
 #include <time.h>
 
 #include "internal.h"
+#include "state.h"
+#include "conn.h"
+#include "poller.h"
+#include "leg.h"
+#include "ioreq.h"
+#include "member.h"
 #include "resync.h"
 #include "backup.h"
 #include "copy.h"

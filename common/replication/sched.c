@@ -51,7 +51,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "nbdkit-calls.h"
+#include "thread-sched.h"
 
 /* A sleeping issuer behind this many others is at depth. */
 #define BATCH_DEPTH 4

@@ -11,7 +11,7 @@
 
 #include <config.h>
 
-#include "internal.h"
+#include "select.h"
 
 /* The first candidate at or after start, wrapping; -1 if none. */
 static int

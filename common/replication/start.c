@@ -35,6 +35,13 @@
 #include <time.h>
 
 #include "internal.h"
+#include "caps.h"
+#include "state.h"
+#include "drain.h"
+#include "poller.h"
+#include "leg.h"
+#include "ioreq.h"
+#include "member.h"
 #include "election.h"
 #include "metaio.h"
 #include "copy.h"

@@ -21,7 +21,8 @@
 #include <errno.h>
 #include <stddef.h>
 
-#include "internal.h"
+#include "params.h"
+#include "state.h"
 
 /* The status word of a leg state. */
 const char *

@@ -13,6 +13,8 @@
 #include <jansson.h>
 
 #include "internal.h"
+#include "state.h"
+#include "leg.h"
 #include "control.h"
 #include "resync.h"
 #include "al.h"

@@ -75,6 +75,7 @@
 #include "ublk-int.h"
 #include "wire.h"
 #include "cleanup.h"
+#include "poller.h"
 
 /* Wake the queue thread through its eventfd if it waits, once per
  * wake-up.  The caller has published what the queue thread must see

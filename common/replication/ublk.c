@@ -90,6 +90,7 @@
 
 #include "ublk-int.h"
 #include "cleanup.h"
+#include "poller.h"
 
 /* How long a start waits for a dead server's device to be released. */
 #define UBLK_TAKEOVER_WAIT 60

@@ -29,6 +29,10 @@
 #include <jansson.h>
 
 #include "internal.h"
+#include "state.h"
+#include "ioreq.h"
+#include "member.h"
+#include "io.h"
 #include "verify.h"
 #include "cleanup.h"
 

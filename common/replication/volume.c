@@ -21,6 +21,13 @@
 #include <libnbd.h>
 
 #include "internal.h"
+#include "caps.h"
+#include "state.h"
+#include "drain.h"
+#include "poller.h"
+#include "leg.h"
+#include "member.h"
+#include "monitor.h"
 #include "judge.h"
 #include "params-text.h"
 #include "al.h"

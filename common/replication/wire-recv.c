@@ -26,6 +26,7 @@
 #include <sys/socket.h>
 
 #include "internal.h"
+#include "ioreq.h"
 #include "wire.h"
 #include "wire-int.h"
 #include "cleanup.h"

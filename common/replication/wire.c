@@ -97,6 +97,9 @@
 #include <sys/uio.h>
 
 #include "internal.h"
+#include "poller.h"
+#include "leg.h"
+#include "ioreq.h"
 #include "wire.h"
 #include "wire-int.h"
 #include "cleanup.h"
