@@ -49,17 +49,20 @@ struct engine_aio {
  * without waiting (the caller serves it with the synchronous calls of
  * engine.h, which will wait).  Nothing is held when it returns false.
  */
-extern bool engine_aio_start (struct volume *v, struct engine_aio *a);
+extern bool engine_aio_start (struct volume *v, struct engine_aio *a)
+  __attribute__ ((__nonnull__));
 
 /* Complete an unfinished request (a leg failed, timed out or needs a
  * flush for FUA; a membership change is being recorded).  May block.
  * Sets a->err.
  */
-extern void engine_aio_finish (struct engine_aio *a);
+extern void engine_aio_finish (struct engine_aio *a)
+  __attribute__ ((__nonnull__));
 
 /* Time out the silent legs of a request in flight once they are late;
  * the owner calls it from time to time (now from now_ns).
  */
-extern void engine_aio_expire (struct engine_aio *a, uint64_t now);
+extern void engine_aio_expire (struct engine_aio *a, uint64_t now)
+  __attribute__ ((__nonnull__ (1)));
 
 #endif /* REPLICATE_AIO_H */

@@ -92,10 +92,12 @@ extern void engine_free (struct volume *v);
  * the plugin underneath.
  */
 extern int engine_config (struct volume *v, const char *key,
-                          const char *value);
+                          const char *value)
+  __attribute__ ((__nonnull__ (1, 2, 3)));
 
 /* Cross-check the configuration after the last parameter. */
-extern int engine_config_complete (struct volume *v);
+extern int engine_config_complete (struct volume *v)
+  __attribute__ ((__nonnull__));
 
 /* Help text for the parameters, for --help. */
 extern const char *engine_config_help;
@@ -119,11 +121,13 @@ struct engine_frontend {
 
 /* Register the frontend.  Must be called before engine_after_fork. */
 extern void engine_set_frontend (struct volume *v,
-                                 const struct engine_frontend *f);
+                                 const struct engine_frontend *f)
+  __attribute__ ((__nonnull__));
 
 /* Set the filter's leg 0.  Must be called before engine_start. */
 extern void engine_set_local (struct volume *v, const struct local_ops *ops,
-                              void *opaque);
+                              void *opaque)
+  __attribute__ ((__nonnull__ (1, 2)));
 
 /* Connect to every leg (waiting up to wait=), read their metadata,
  * elect the newest legs, recover from a crash, bump the generation.
@@ -131,45 +135,61 @@ extern void engine_set_local (struct volume *v, const struct local_ops *ops,
  * run.  It may run before nbdkit forks into the background: it leaves
  * no thread behind.
  */
-extern int engine_start (struct volume *v);
+extern int engine_start (struct volume *v)
+  __attribute__ ((__nonnull__));
 
 /* Start the engine's threads: connection pollers, the monitor
  * (reconnect, resync), the activity-log flusher and the control
  * socket.
  */
-extern int engine_after_fork (struct volume *v);
+extern int engine_after_fork (struct volume *v)
+  __attribute__ ((__nonnull__));
 
 /* Stop everything: finish resyncs' current step, flush every leg,
  * empty the activity log (a clean stop), close connections, join
  * threads.
  */
-extern void engine_stop (struct volume *v);
+extern void engine_stop (struct volume *v)
+  __attribute__ ((__nonnull__));
 
 /* What the client may be told at negotiation. */
-extern int64_t engine_get_size (struct volume *v);
-extern int engine_can_write (struct volume *v);
-extern int engine_can_trim (struct volume *v);
-extern int engine_can_extents (struct volume *v);
+extern int64_t engine_get_size (struct volume *v)
+  __attribute__ ((__nonnull__));
+extern int engine_can_write (struct volume *v)
+  __attribute__ ((__nonnull__));
+extern int engine_can_trim (struct volume *v)
+  __attribute__ ((__nonnull__));
+extern int engine_can_extents (struct volume *v)
+  __attribute__ ((__nonnull__));
 extern int engine_block_size (struct volume *v, uint32_t *minimum,
-                              uint32_t *preferred, uint32_t *maximum);
+                              uint32_t *preferred, uint32_t *maximum)
+  __attribute__ ((__nonnull__));
 
 /* Data path. */
 extern int engine_pread (struct volume *v, void *buf, uint32_t count,
-                         uint64_t offset, int *err);
+                         uint64_t offset, int *err)
+  __attribute__ ((__nonnull__));
 extern int engine_pwrite (struct volume *v, const void *buf, uint32_t count,
-                          uint64_t offset, uint32_t flags, int *err);
+                          uint64_t offset, uint32_t flags, int *err)
+  __attribute__ ((__nonnull__));
 extern int engine_zero (struct volume *v, uint32_t count, uint64_t offset,
-                        uint32_t flags, int *err);
+                        uint32_t flags, int *err)
+  __attribute__ ((__nonnull__ (1, 5)));
 extern int engine_trim (struct volume *v, uint32_t count, uint64_t offset,
-                        uint32_t flags, int *err);
-extern int engine_flush (struct volume *v, int *err);
+                        uint32_t flags, int *err)
+  __attribute__ ((__nonnull__ (1, 5)));
+extern int engine_flush (struct volume *v, int *err)
+  __attribute__ ((__nonnull__));
 extern int engine_cache (struct volume *v, uint32_t count, uint64_t offset,
-                         int *err);
+                         int *err)
+  __attribute__ ((__nonnull__ (1, 4)));
 extern int engine_extents (struct volume *v, uint32_t count, uint64_t offset,
                            uint32_t flags, extent_fn fn, void *opaque,
-                           int *err);
+                           int *err)
+  __attribute__ ((__nonnull__ (1, 5, 7)));
 
 /* Extra lines for --dump-plugin, written with the given printer. */
-extern void engine_dump (void (*print) (const char *key, const char *value));
+extern void engine_dump (void (*print) (const char *key, const char *value))
+  __attribute__ ((__nonnull__));
 
 #endif /* REPLICATE_ENGINE_H */

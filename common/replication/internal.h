@@ -23,6 +23,19 @@
  * in, before anything else can see it.  Nothing else stores l->state
  * or publishes the word, so the word always mirrors the legs.
  *
+ * Four error conventions, each where it fits:
+ *   - 0 or -1 after nbdkit_error: configuration, start and stop, where
+ *     nbdkit prints the error (engine_config, engine_start ...);
+ *   - 0 or -1 with the message in a caller's buffer (char *err, size_t
+ *     len): what a leg's connection or judgement says, which the caller
+ *     keeps as last_error or sends as a control reply (leg_open,
+ *     monitor_examine_leg, config_check ...);
+ *   - an errno (0 for success) for one request to legs and its judging
+ *     (leg_sync_io, ioreq_leg_error, judge_write, judge_acknowledge);
+ *   - -1 with *err set to the client's errno on the data path
+ *     (engine_pread ... and the io_* pieces they are made of), as
+ *     nbdkit's own .pread and friends return.
+ *
  * Lock order (take left before right, never the reverse):
  *   leg->life_lock -> range lock -> v->change_lock -> v->lock ->
  *   al->lock -> leg->conns_lock
