@@ -58,8 +58,17 @@
  * server (any client's: a killed controller's, a killed nbdrep's);
  * while there are any, the leg is not opened, at start (the election
  * waits up to wait= for it, then goes on without it if it can) as on
- * a reconnection.  Over TCP the connections of a killed controller
- * live on the server's host: nothing here can see them.
+ * a reconnection.  Over TCP the server's end lives on its host, but a
+ * controller killed on this host leaves its end here: the kernel keeps
+ * a socket that no process holds (inode 0) in FIN_WAIT1 or FIN_WAIT2
+ * until the server closes too, which nbdkit does once its requests on
+ * that connection are done.  drain_tcp_orphans counts such sockets to
+ * the server of a leg just opened (the peer of its first connection);
+ * while there are any, it is closed again before any request.  What it
+ * cannot see: a dead process's socket that had unread replies (the
+ * kernel resets it), a controller that ran on another host, and a
+ * server that holds a write longer than the kernel keeps an orphan in
+ * FIN_WAIT2 (net.ipv4.tcp_fin_timeout, 60 s by default).
  *
  * Locking: the leg's list is under conns_lock (a leaf).
  */
@@ -80,6 +89,7 @@
 
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
+#include <linux/inet_diag.h>
 #include <linux/sock_diag.h>
 #include <linux/unix_diag.h>
 
@@ -178,13 +188,15 @@ names_path (const struct rtattr *a, const char *path)
     memcmp (name, path, len) == 0;
 }
 
-/* Is the socket of one sock_diag reply message m (len bytes of
- * attributes) a connection accepted on path whose client has closed
- * its end?
+/* Is the socket of one sock_diag reply message (len bytes of
+ * attributes after it) a connection accepted on the Unix socket at path
+ * (arg) whose client has closed its end?
  */
 static bool
-orphan_in (const struct unix_diag_msg *m, int len, const char *path)
+unix_orphan (const void *msg, int len, const void *arg)
 {
+  const struct unix_diag_msg *m = msg;
+  const char *path = arg;
   const struct rtattr *a;
   bool named = false, orphan = false;
   uint32_t peer;
@@ -202,26 +214,23 @@ orphan_in (const struct unix_diag_msg *m, int len, const char *path)
   return named && orphan;
 }
 
-/* How many connections to the Unix socket at path does its server
- * still have open although their client has closed its end?  Returns
- * -1 if the kernel cannot say.
+/* Read a sock_diag dump from fd (and close it): how many of its
+ * messages (head bytes before their attributes) match?  Returns -1 if
+ * the kernel cannot say.
  */
 static int
-unix_orphans (const char *path)
+count_dumped (int fd, size_t head,
+              bool (*match) (const void *msg, int len, const void *arg),
+              const void *arg)
 {
   union {
     struct nlmsghdr nlh;
     char bytes[32768];
   } reply;
-  const size_t head = NLMSG_LENGTH (sizeof (struct unix_diag_msg));
   const struct nlmsghdr *h;
   ssize_t n;
-  int fd, count = 0, r = -1;
+  int count = 0, r = -1;
 
-  fd = unix_diag_ask (0, 1u << TCP_ESTABLISHED,
-                      UDIAG_SHOW_NAME | UDIAG_SHOW_PEER);
-  if (fd == -1)
-    return -1;
   for (;;) {
     n = recv (fd, &reply, sizeof reply, 0);
     if (n <= 0)
@@ -233,12 +242,82 @@ unix_orphans (const char *path)
       }
       if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY || h->nlmsg_len < head)
         goto out;
-      count += orphan_in (NLMSG_DATA (h), (int) (h->nlmsg_len - head), path);
+      count += match (NLMSG_DATA (h), (int) (h->nlmsg_len - head), arg);
     }
   }
  out:
   close (fd);
   return r;
+}
+
+/* How many connections to the Unix socket at path does its server
+ * still have open although their client has closed its end?  Returns
+ * -1 if the kernel cannot say.
+ */
+static int
+unix_orphans (const char *path)
+{
+  int fd = unix_diag_ask (0, 1u << TCP_ESTABLISHED,
+                          UDIAG_SHOW_NAME | UDIAG_SHOW_PEER);
+
+  if (fd == -1)
+    return -1;
+  return count_dumped (fd, NLMSG_LENGTH (sizeof (struct unix_diag_msg)),
+                       unix_orphan, path);
+}
+
+/* Ask sock_diag for every TCP socket of family in states.  Returns the
+ * netlink socket to read the dump from, or -1.
+ */
+static int
+tcp_diag_dump (int family, uint32_t states)
+{
+  struct {
+    struct nlmsghdr nlh;
+    struct inet_diag_req_v2 req;
+  } msg = {
+    .nlh = {
+      .nlmsg_len = sizeof msg,
+      .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+      .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP,
+    },
+    .req = {
+      .sdiag_family = (uint8_t) family,
+      .sdiag_protocol = IPPROTO_TCP,
+      .idiag_states = states,
+    },
+  };
+  int fd = socket (AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+
+  if (fd == -1)
+    return -1;
+  if (send (fd, &msg, sizeof msg, 0) != (ssize_t) sizeof msg) {
+    close (fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* Is the TCP socket of one sock_diag reply message held by no process
+ * (inode 0: its owner has gone) and connected to the server at the
+ * address arg (a struct sockaddr_storage)?
+ */
+static bool
+tcp_orphan (const void *msg, int len, const void *arg)
+{
+  const struct inet_diag_msg *m = msg;
+  const struct sockaddr_storage *peer = arg;
+  const struct sockaddr_in *a4 = (const struct sockaddr_in *) peer;
+  const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *) peer;
+
+  (void) len;
+  if (m->idiag_inode != 0 || m->idiag_family != peer->ss_family)
+    return false;
+  if (peer->ss_family == AF_INET)
+    return m->id.idiag_dport == a4->sin_port &&
+      memcmp (m->id.idiag_dst, &a4->sin_addr, sizeof a4->sin_addr) == 0;
+  return m->id.idiag_dport == a6->sin6_port &&
+    memcmp (m->id.idiag_dst, &a6->sin6_addr, sizeof a6->sin6_addr) == 0;
 }
 
 /* How many connections of l's server on a Unix socket are open though
@@ -254,6 +333,31 @@ drain_orphans (const struct leg *l)
   if (l->uri == NULL || config_unix_socket (l->uri, path, sizeof path) == -1)
     return 0;
   n = unix_orphans (path);
+  return n > 0 ? n : 0;
+}
+
+/* How many connections of this network namespace to the TCP server of
+ * the open leg l, left by a process that has gone, still wait for that
+ * server's close (see the top)?  0 for other legs, and where the kernel
+ * cannot say.  Called between leg_open and the first request.
+ */
+int
+drain_tcp_orphans (const struct leg *l)
+{
+  struct sockaddr_storage peer;
+  socklen_t len = sizeof peer;
+  int fd, n;
+
+  if (l->nr_conns == 0 || !l->conns[0]->tcp ||
+      getpeername (l->conns[0]->fd, (struct sockaddr *) &peer, &len) == -1 ||
+      (peer.ss_family != AF_INET && peer.ss_family != AF_INET6))
+    return 0;
+  fd = tcp_diag_dump (peer.ss_family,
+                      (1u << TCP_FIN_WAIT1) | (1u << TCP_FIN_WAIT2));
+  if (fd == -1)
+    return 0;
+  n = count_dumped (fd, NLMSG_LENGTH (sizeof (struct inet_diag_msg)),
+                    tcp_orphan, &peer);
   return n > 0 ? n : 0;
 }
 

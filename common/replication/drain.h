@@ -62,6 +62,12 @@ extern size_t drain_forget (struct leg *l);
  */
 extern int drain_orphans (const struct leg *l);
 
+/* How many connections of this network namespace to the TCP server of
+ * the open leg l, left by a process that has gone, still wait for that
+ * server's close?
+ */
+extern int drain_tcp_orphans (const struct leg *l);
+
 /* Say in buf that n connections of a leg's server whose client has gone
  * are still open: the leg is not opened meanwhile.
  */

@@ -160,6 +160,7 @@ struct leg {
   size_t nr_drain, cap_drain;
   uint64_t drain_since_ns;              /* when the oldest was kept */
   bool drain_untracked;                 /* one could not be kept */
+  bool orphans_said;                    /* logged at start (start.c) */
 
   /* Written only by leg_set_state (under v->lock) and leg_init_state;
    * also read without the lock.

@@ -281,6 +281,7 @@ monitor_examine_leg (struct volume *v, struct leg *l, char *err, size_t len)
 {
   enum verdict verdict;
   bool refused = false;
+  int orphans;
 
   leg_close (l);
   if (old_connections_open (v, l, err, len))
@@ -289,6 +290,11 @@ monitor_examine_leg (struct volume *v, struct leg *l, char *err, size_t len)
       (v->metadata && meta_alloc_leg (v, l) == -1)) {
     leg_close (l);
     return refused ? V_REFUSE : V_UNREACHABLE;
+  }
+  if ((orphans = drain_tcp_orphans (l)) > 0) {
+    drain_say_orphans (err, len, orphans);
+    leg_close (l);
+    return V_UNREACHABLE;
   }
   verdict = judge_returning_leg (v, l, err, len);
   if (verdict == V_REFUSE || verdict == V_UNREACHABLE)

@@ -49,6 +49,21 @@
 #include "random.h"
 #include "cleanup.h"
 
+/* A leg is not opened while its server has connections whose client
+ * has gone (drain.c): say why in its last_error, logging it once.
+ */
+static void
+say_orphans (struct leg *l, int orphans)
+{
+  char name[160];
+  bool first = !l->orphans_said;
+
+  drain_say_orphans (l->last_error, sizeof l->last_error, orphans);
+  l->orphans_said = true;
+  if (first)
+    nbdkit_debug ("%s: %s", leg_name (l, name, sizeof name), l->last_error);
+}
+
 /* Try once to open every leg that is not open yet, and start the
  * pollers of those that open.  Records why a leg did not open, and
  * whether it refused.  Returns -1 after nbdkit_error if one refused (a
@@ -68,12 +83,7 @@ open_some_legs (struct volume *v)
     if (atomic_load (&l->open))
       continue;
     if ((orphans = drain_orphans (l)) > 0) {
-      bool first = strstr (l->last_error, "whose client has gone") == NULL;
-
-      drain_say_orphans (l->last_error, sizeof l->last_error, orphans);
-      if (first)
-        nbdkit_debug ("%s: %s", leg_name (l, name, sizeof name),
-                      l->last_error);
+      say_orphans (l, orphans);
       continue;
     }
     if (leg_open (l, 0, &l->refused, err, sizeof err) == -1) {
@@ -83,6 +93,11 @@ open_some_legs (struct volume *v)
                       leg_name (l, name, sizeof name), err);
         return -1;
       }
+      continue;
+    }
+    if ((orphans = drain_tcp_orphans (l)) > 0) {
+      leg_close (l);
+      say_orphans (l, orphans);
       continue;
     }
     l->last_error[0] = '\0';
