@@ -20,18 +20,18 @@ PREFIX = 'libreplication_la-'
 
 
 def read_map(path):
-    """[(name, allows_cycles, [files])], lowest layer first."""
+    """[(name, allows_cycles, public_only, [files])], lowest first."""
     layers = []
     with open(path) as f:
         for line in f:
             line = line.split('#', 1)[0].strip()
             if not line:
                 continue
-            m = re.fullmatch(r'layer (\S+)( cycles)?:\s*(.*)', line)
+            m = re.fullmatch(r'layer (\S+)((?: cycles| public)*):\s*(.*)', line)
             if not m:
                 sys.exit('%s: cannot read: %s' % (path, line))
-            layers.append((m.group(1), m.group(2) is not None,
-                           m.group(3).split()))
+            layers.append((m.group(1), 'cycles' in m.group(2),
+                           'public' in m.group(2), m.group(3).split()))
     return layers
 
 
@@ -108,7 +108,7 @@ def main():
     defs, uses = read_objects(sys.argv[2])
     edges = calls(defs, uses)
     level = {}
-    for i, (name, _, files) in enumerate(layers):
+    for i, (name, _, _, files) in enumerate(layers):
         for f in files:
             if f in level:
                 sys.exit('%s is placed twice in the map' % f)
@@ -123,7 +123,16 @@ def main():
             problems.append('%s (%s) calls up into %s (%s): %s'
                             % (a, layers[level[a]][0], b, layers[level[b]][0],
                                ' '.join(sorted(syms))))
-    for name, allowed, files in layers:
+    for (a, b), syms in sorted(edges.items()):
+        if a in level and b in level and layers[level[a]][2] and \
+                level[b] != level[a] and level[b] != 0:
+            private = sorted(s for s in syms if not s.startswith('engine_'))
+            if private:
+                problems.append('%s (%s) may call only the engine\'s public '
+                                'functions (engine_*) and the pure layer, but '
+                                'calls into %s: %s'
+                                % (a, layers[level[a]][0], b, ' '.join(private)))
+    for name, allowed, _, files in layers:
         for comp in cycles(set(files), edges):
             if allowed:
                 continue
@@ -131,7 +140,7 @@ def main():
                      for (a, b), s in sorted(edges.items())
                      if a in comp and b in comp]
             problems.append('a cycle in layer %s: %s' % (name, '; '.join(inner)))
-    for name, allowed, files in reversed(layers):
+    for name, allowed, _, files in reversed(layers):
         below = sorted({layers[level[b]][0] for (a, b) in edges
                         if a in files and b in level and level[b] < level[a]})
         loops = cycles(set(files), edges)

@@ -45,6 +45,13 @@
  * leg answered during the issue.  It drops the range hold and the
  * extents' references (atomic operations, a futex wake) and calls done;
  * it never calls libnbd and never takes a lock that is held across I/O.
+ *
+ * A frontend with such a loop (ublk.c) sits above the engine and uses
+ * only engine.h and this file's functions: besides the requests, its
+ * parameters (engine_ublk_params), the reading of the legs' replies
+ * from its own loop (engine_aio_adopt, _drive, _release; the poller's)
+ * and batches of requests sent together (engine_aio_batch_begin, _end:
+ * the wire's cork).
  */
 
 #include <config.h>
@@ -55,6 +62,7 @@
 #include "aio.h"
 #include "al.h"
 #include "judge.h"
+#include "poller.h"
 #include "state.h"
 #include "ioreq.h"
 #include "member.h"
@@ -226,4 +234,56 @@ void
 engine_aio_expire (struct engine_aio *a, uint64_t now)
 {
   ioreq_expire (&a->r, now);
+}
+
+/* The ublk= parameters (see aio.h). */
+void
+engine_ublk_params (struct volume *v, struct engine_ublk_params *p)
+{
+  p->id = v->cfg.ublk_id;
+  p->queues = v->cfg.ublk_queues;
+  p->depth = v->cfg.ublk_depth;
+  p->keep = v->cfg.ublk_keep;
+}
+
+/* Only the poller's thread, or an adopter, reads replies from now on. */
+void
+engine_aio_use_thread (struct volume *v)
+{
+  poller_use_thread (v->poller);
+}
+
+/* Take over the reading of replies (see aio.h). */
+int
+engine_aio_adopt (struct volume *v)
+{
+  return poller_adopt (v->poller);
+}
+
+/* Read the replies that have arrived (the adopter's iteration). */
+void
+engine_aio_drive (struct volume *v)
+{
+  poller_drive (v->poller);
+}
+
+/* Give the reading of replies back to a thread. */
+int
+engine_aio_release (struct volume *v)
+{
+  return poller_release (v->poller);
+}
+
+/* Hold this thread's commands until engine_aio_batch_end. */
+void
+engine_aio_batch_begin (struct engine_aio_batch *b)
+{
+  wire_cork (&b->cork);
+}
+
+/* Send the commands held since engine_aio_batch_begin. */
+void
+engine_aio_batch_end (struct engine_aio_batch *b)
+{
+  wire_uncork (&b->cork);
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "internal.h"
+#include "wire.h"
 
 struct engine_aio;
 
@@ -64,5 +65,44 @@ extern void engine_aio_finish (struct engine_aio *a)
  */
 extern void engine_aio_expire (struct engine_aio *a, uint64_t now)
   __attribute__ ((__nonnull__ (1)));
+
+/* ---- what a frontend with its own event loop needs besides ------------ */
+
+/* The ublk= parameters (id -1: none). */
+struct engine_ublk_params {
+  int id;
+  unsigned queues, depth;
+  bool keep;                    /* ublk-keep=true */
+};
+extern void engine_ublk_params (struct volume *v,
+                                struct engine_ublk_params *p)
+  __attribute__ ((__nonnull__));
+
+/* From now on the poller's thread (or an adopter) reads the legs'
+ * replies, never an issuer: nobody waits for an asynchronous request.
+ */
+extern void engine_aio_use_thread (struct volume *v)
+  __attribute__ ((__nonnull__));
+
+/* Take over the reading of the legs' replies from the poller's thread:
+ * returns the descriptor to poll (readable: call engine_aio_drive), or
+ * -1.  engine_aio_release gives it back (0, or -1 if no thread could
+ * take it).
+ */
+extern int engine_aio_adopt (struct volume *v) __attribute__ ((__nonnull__));
+extern void engine_aio_drive (struct volume *v) __attribute__ ((__nonnull__));
+extern int engine_aio_release (struct volume *v)
+  __attribute__ ((__nonnull__));
+
+/* A batch: the commands this thread issues between begin and end are
+ * held and sent together, one system call per connection.
+ */
+struct engine_aio_batch {
+  struct wire_cork cork;
+};
+extern void engine_aio_batch_begin (struct engine_aio_batch *b)
+  __attribute__ ((__nonnull__));
+extern void engine_aio_batch_end (struct engine_aio_batch *b)
+  __attribute__ ((__nonnull__));
 
 #endif /* REPLICATE_AIO_H */

@@ -105,18 +105,20 @@ extern const char *engine_config_help;
 /* A frontend the engine serves beside nbdkit's connections: the ublk
  * frontend (ublk=ID, ublk.h), which the plugin and the filter register.
  * The engine calls down into its own layers only; the frontend sits on
- * top of this header, so the engine reaches it through these functions:
- * start last in engine_after_fork, once requests can be served (0, or
- * -1 after nbdkit_error); stop first in engine_stop, while they still
- * can; release in engine_free; status for the "ublk" object of the
- * status reply (the volume's lock held; a new reference).
+ * top of this header and aio.h, so the engine reaches it through these
+ * functions: start last in engine_after_fork, once requests can be
+ * served (0, or -1 after nbdkit_error; *state is what the frontend
+ * keeps, even when it fails, and is given back to the others); stop
+ * first in engine_stop, while requests can still be served; release in
+ * engine_free; status for the "ublk" object of the status reply (the
+ * volume's lock held; state NULL before start; a new reference).
  */
 struct json_t;
 struct engine_frontend {
-  int (*start) (struct volume *v);
-  void (*stop) (struct volume *v);
-  void (*release) (struct volume *v);
-  struct json_t *(*status) (struct volume *v);
+  int (*start) (struct volume *v, void **state);
+  void (*stop) (void *state);
+  void (*release) (void *state);
+  struct json_t *(*status) (struct volume *v, void *state);
 };
 
 /* Register the frontend.  Must be called before engine_after_fork. */
@@ -150,6 +152,10 @@ extern int engine_after_fork (struct volume *v)
  * threads.
  */
 extern void engine_stop (struct volume *v)
+  __attribute__ ((__nonnull__));
+
+/* The volume's UUID in uuid; false without metadata (metadata=none). */
+extern bool engine_volume_uuid (struct volume *v, uint8_t uuid[16])
   __attribute__ ((__nonnull__));
 
 /* What the client may be told at negotiation. */

@@ -69,7 +69,6 @@ struct al;
 struct resync;
 struct verify;
 struct control;
-struct ublk;
 struct drain_sock;
 
 /* ---- legs ------------------------------------------------------------ */
@@ -271,8 +270,8 @@ struct volume {
 
   struct control *control;
   struct verify *verify;
-  struct ublk *ublk;            /* the ublk= frontend (ublk.c), or NULL */
   const struct engine_frontend *frontend;   /* engine_set_frontend */
+  void *frontend_state;         /* what its start returned (v->lock) */
   struct backup *backup;        /* the running backup (control thread) */
   char backup_lapsed[33];       /* token of the last backup that lapsed */
 };

@@ -236,7 +236,8 @@ volume_json (struct volume *v, const struct backup_status *b, uint64_t gen)
                                      atomic_load (&v->verify_rate)));
   json_object_set_new (j, "verify", verify_json (v));
   json_object_set_new (j, "ublk",
-                       v->frontend ? v->frontend->status (v) : json_null ());
+                       v->frontend ? v->frontend->status (v, v->frontend_state)
+                                   : json_null ());
   json_object_set_new (j, "backup", backup_json (b));
   json_object_set_new (j, "backup_base", b->have_base ? json_string (b->base)
                                                      : json_null ());

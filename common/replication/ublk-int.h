@@ -16,8 +16,9 @@
 
 #include <liburing.h>
 
-#include "internal.h"
+#include "engine.h"
 #include "aio.h"
+#include "nbdkit-calls.h"
 #include "ublk.h"
 
 /* Workers per queue at most (fewer when the depth is smaller). */
@@ -108,6 +109,7 @@ struct ublk_queue {
 /* The frontend of one volume. */
 struct ublk {
   struct volume *v;
+  struct engine_ublk_params cfg;    /* ublk=, ublk-queues= ... */
   unsigned id;
   bool keep;                    /* ublk-keep=true */
   uint64_t stamp;               /* the volume's, in ublksrv_flags */

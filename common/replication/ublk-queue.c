@@ -73,9 +73,7 @@
 #include <unistd.h>
 
 #include "ublk-int.h"
-#include "wire.h"
 #include "cleanup.h"
-#include "poller.h"
 
 /* Wake the queue thread through its eventfd if it waits, once per
  * wake-up.  The caller has published what the queue thread must see
@@ -161,7 +159,7 @@ static void
 poller_ready (struct ublk_queue *q)
 {
   q->polling = false;
-  poller_drive (q->u->v->poller);
+  engine_aio_drive (q->u->v);
   keep_polling (q);
 }
 
@@ -357,10 +355,10 @@ reap (struct ublk_queue *q)
 {
   struct ublk_tag *first = NULL, *last = NULL;
   struct io_uring_cqe *cqe;
-  struct wire_cork cork;
+  struct engine_aio_batch batch;
   unsigned head, seen = 0, n = 0;
 
-  wire_cork (&cork);
+  engine_aio_batch_begin (&batch);
   io_uring_for_each_cqe (&q->ring, head, cqe) {
     seen++;
     if (cqe->user_data == EVENTFD_DATA) {
@@ -386,7 +384,7 @@ reap (struct ublk_queue *q)
     }
   }
   io_uring_cq_advance (&q->ring, seen);
-  wire_uncork (&cork);
+  engine_aio_batch_end (&batch);
   if (n > 0)
     hand_over (q, &q->work, first, last, n);
 }
@@ -486,16 +484,16 @@ static void *
 queue_thread (void *arg)
 {
   struct ublk_queue *q = arg;
-  struct poller *p = q->u->v->poller;
+  struct volume *v = q->u->v;
   int err = fetch_all (q);
 
   report_setup (q, err);
   if (err != 0)
     return NULL;
   if (q->id == 0)
-    q->poller_fd = poller_adopt (p);
+    q->poller_fd = engine_aio_adopt (v);
   queue_loop (q);
-  if (q->poller_fd >= 0 && poller_release (p) == -1)
+  if (q->poller_fd >= 0 && engine_aio_release (v) == -1)
     nbdkit_error ("ublk=%u: the engine's poller did not restart: "
                   "requests to the legs will hang", q->u->id);
   q->poller_fd = -1;

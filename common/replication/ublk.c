@@ -90,7 +90,6 @@
 
 #include "ublk-int.h"
 #include "cleanup.h"
-#include "poller.h"
 
 /* How long a start waits for a dead server's device to be released. */
 #define UBLK_TAKEOVER_WAIT 60
@@ -269,10 +268,11 @@ open_device (struct ublk *u)
 static uint64_t
 volume_stamp (struct volume *v)
 {
+  uint8_t uuid[16];
   uint64_t stamp = 0;
 
-  if (v->metadata)
-    memcpy (&stamp, v->sb.volume_uuid, sizeof stamp);
+  if (engine_volume_uuid (v, uuid))
+    memcpy (&stamp, uuid, sizeof stamp);
   return stamp;
 }
 
@@ -290,7 +290,7 @@ derive_device (struct ublk *u)
   char err[256];
 
   engine_block_size (v, &lim.min_block, &lim.pref_block, &lim.max_block);
-  if (ublk_derive (&lim, u->id, v->cfg.ublk_queues, v->cfg.ublk_depth,
+  if (ublk_derive (&lim, u->id, u->cfg.queues, u->cfg.depth,
                    u->stamp, &u->want, &u->params, err, sizeof err) == -1) {
     nbdkit_error ("ublk=%u: %s", u->id, err);
     return -1;
@@ -505,9 +505,9 @@ abandon_start (struct ublk *u)
   atomic_store (&u->state, UBLK_STATE_FAILED);
 }
 
-/* A new frontend for v, published in v->ublk. */
+/* A new frontend for v, as its parameters say. */
 static struct ublk *
-ublk_new (struct volume *v)
+ublk_new (struct volume *v, const struct engine_ublk_params *cfg)
 {
   struct ublk *u = calloc (1, sizeof *u);
 
@@ -516,17 +516,14 @@ ublk_new (struct volume *v)
     return NULL;
   }
   u->v = v;
-  u->id = (unsigned) v->cfg.ublk_id;
-  u->keep = v->cfg.ublk_keep;
+  u->cfg = *cfg;
+  u->id = (unsigned) cfg->id;
+  u->keep = cfg->keep;
   u->stamp = volume_stamp (v);
   u->ctrl_fd = u->cdev_fd = -1;
   pthread_mutex_init (&u->lock, NULL);
   pthread_cond_init (&u->cond, NULL);
   atomic_store (&u->state, UBLK_STATE_STARTING);
-  {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-    v->ublk = u;
-  }
   return u;
 }
 
@@ -534,20 +531,23 @@ ublk_new (struct volume *v)
  * stopped with ublk-keep=true, and serve it (nothing without ublk=).
  */
 static int
-ublk_start (struct volume *v)
+ublk_start (struct volume *v, void **state)
 {
+  struct engine_ublk_params cfg;
   struct ublk *u;
 
-  if (v->cfg.ublk_id < 0)
+  engine_ublk_params (v, &cfg);
+  if (cfg.id < 0)
     return 0;
   /* Requests the queues start are not waited for by anybody, so
    * issuers must not lead the poller (poller.c): its thread, then the
    * first queue, drives all the time.
    */
-  poller_use_thread (v->poller);
-  u = ublk_new (v);
+  engine_aio_use_thread (v);
+  u = ublk_new (v, &cfg);
   if (u == NULL)
     return -1;
+  *state = u;
   if (derive_device (u) == -1 || open_control (u) == -1 ||
       take_device (u) == -1) {
     abandon_start (u);
@@ -566,9 +566,9 @@ ublk_start (struct volume *v)
  * Safe when ublk_start failed or never ran.
  */
 static void
-ublk_stop (struct volume *v)
+ublk_stop (void *state)
 {
-  struct ublk *u = v->ublk;
+  struct ublk *u = state;
 
   if (u == NULL || atomic_load (&u->state) != UBLK_STATE_LIVE)
     return;
@@ -586,34 +586,37 @@ ublk_stop (struct volume *v)
 
 /* Free what ublk_start allocated (engine_free). */
 static void
-ublk_release (struct volume *v)
+ublk_release (void *state)
 {
-  struct ublk *u = v->ublk;
+  struct ublk *u = state;
 
   if (u == NULL)
     return;
   pthread_mutex_destroy (&u->lock);
   pthread_cond_destroy (&u->cond);
   free (u);
-  v->ublk = NULL;
 }
 
-/* The "ublk" object of the status, or null without ublk=.  v->lock
- * held.  Before ublk_start has run, the configured values with the
- * state "starting".
+/* The "ublk" object of the status, or null without ublk=.  Before
+ * ublk_start has returned, the configured values with the state
+ * "starting".
  */
 static json_t *
-ublk_status_json (struct volume *v)
+ublk_status_json (struct volume *v, void *frontend)
 {
-  struct ublk *u = v->ublk;
+  struct ublk *u = frontend;
+  struct engine_ublk_params cfg;
   enum ublk_state state = UBLK_STATE_STARTING;
-  int queues = (int) v->cfg.ublk_queues, depth = (int) v->cfg.ublk_depth;
+  int queues, depth;
   uint64_t inflight = 0, requests = 0, direct = 0;
   bool recovered = false;
   char device[32];
 
-  if (v->cfg.ublk_id < 0)
+  engine_ublk_params (v, &cfg);
+  if (cfg.id < 0)
     return json_null ();
+  queues = (int) cfg.queues;
+  depth = (int) cfg.depth;
   if (u) {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&u->lock);
     state = atomic_load (&u->state);
@@ -626,15 +629,15 @@ ublk_status_json (struct volume *v)
     direct = atomic_load (&u->direct);
     recovered = u->recovered;
   }
-  snprintf (device, sizeof device, "/dev/ublkb%d", v->cfg.ublk_id);
+  snprintf (device, sizeof device, "/dev/ublkb%d", cfg.id);
   return json_pack ("{s:s, s:i, s:s, s:i, s:i, s:I, s:I, s:I, s:b, s:b}",
-                    "device", device, "id", v->cfg.ublk_id,
+                    "device", device, "id", cfg.id,
                     "state", ublk_state_name (state),
                     "queues", queues, "depth", depth,
                     "inflight", (json_int_t) inflight,
                     "requests", (json_int_t) requests,
                     "direct", (json_int_t) direct,
-                    "recovered", recovered, "keep", v->cfg.ublk_keep);
+                    "recovered", recovered, "keep", cfg.keep);
 }
 
 /* The frontend, as the engine runs it (engine_set_frontend). */

@@ -97,7 +97,7 @@ engine_free (struct volume *v)
     free (v->file_params[i]);
   al_free (v->al);
   if (v->frontend)
-    v->frontend->release (v);
+    v->frontend->release (v->frontend_state);
   poller_free (v->poller);
   if (v->rl)
     rangelock_free (v->rl);
@@ -191,11 +191,33 @@ engine_set_local (struct volume *v, const struct local_ops *ops,
   v->local_opaque = opaque;
 }
 
+/* The volume's UUID (see engine.h). */
+bool
+engine_volume_uuid (struct volume *v, uint8_t uuid[16])
+{
+  if (!v->metadata)
+    return false;
+  memcpy (uuid, v->sb.volume_uuid, 16);
+  return true;
+}
+
 /* Register the frontend (see engine.h). */
 void
 engine_set_frontend (struct volume *v, const struct engine_frontend *f)
 {
   v->frontend = f;
+}
+
+/* Start the frontend and keep what it returns (status reads it). */
+static int
+start_frontend (struct volume *v)
+{
+  void *state = NULL;
+  int r = v->frontend->start (v, &state);
+
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+  v->frontend_state = state;
+  return r;
 }
 
 /* Start every thread of a started volume. */
@@ -212,7 +234,7 @@ engine_after_fork (struct volume *v)
     return -1;
   v->threads_running = true;
   /* Last: the device is served once the engine is. */
-  return v->frontend ? v->frontend->start (v) : 0;
+  return v->frontend ? start_frontend (v) : 0;
 }
 
 /* Empty the activity log for a clean stop: flush and cool until nothing
@@ -240,7 +262,7 @@ engine_stop (struct volume *v)
 
   /* First: no request may come after the activity log is emptied. */
   if (v->frontend)
-    v->frontend->stop (v);
+    v->frontend->stop (v->frontend_state);
   if (v->cfg.control)
     control_stop (v);
   verify_shutdown (v);
