@@ -5,6 +5,7 @@ NULL =
 
 AM_CPPFLAGS = \
 	-I$(top_srcdir)/common/utils \
+	-I$(top_srcdir)/common/mdformat \
 	-I$(top_srcdir)/common/replication \
 	$(NULL)
 

@@ -29,12 +29,13 @@ cc=${FUZZ_CC:-clang}
 seconds=${FUZZ_SECONDS:-60}
 flags=(-g -O1 -fsanitize=fuzzer,address,undefined
        -fno-sanitize-recover=undefined
-       "-I$builddir" "-I$srcdir/common/utils" "-I$srcdir/common/replication")
+       "-I$builddir" "-I$srcdir/common/utils" "-I$srcdir/common/mdformat"
+       "-I$srcdir/common/replication")
 
 # The sources of each target (relative to the source tree) and the
 # libraries it links.
 declare -A sources=(
-  [fuzz-meta]="tests/fuzz-meta.c common/replication/meta.c common/utils/crc32c.c"
+  [fuzz-meta]="common/mdformat/fuzz-meta.c common/mdformat/meta.c common/utils/crc32c.c"
   [fuzz-control]="tests/fuzz-control.c common/replication/ctlreq.c"
 )
 declare -A libs=(
