@@ -981,15 +981,14 @@ class Campaign:
         self.killed_ctl = True      # reported once
 
     def add_leg(self, i, blank):
-        # False if the controller refused the leg until a restart.
         st = self.status()
         idx, state = self.leg_index(st, i)
         if st is None:
             self.act('add leg %d: no status (controller down?): skipped' % i)
-            return True
+            return
         if state != 'removed' and idx is not None:
             self.act('add leg %d: it is %s, not removed: skipped' % (i, state))
-            return True
+            return
         if blank:
             r = self.replicas[i]
             r.kill9()
@@ -1005,7 +1004,6 @@ class Campaign:
         self.act('nbdrep add %s (leg %d%s): rc=%s %s'
                  % (self.uris[i], i, ', blanked' if blank else '', rc,
                     (out + ' ' + err).strip()[:200]))
-        return rc == 0 or 'restart the controller over every leg' not in err
 
     # -- a round --------------------------------------------------------------
 
@@ -1129,20 +1127,8 @@ class Campaign:
             if not self.leg_ok_for('add', i):
                 continue
             idx, state = self.leg_index(st, i)
-            if (idx is None or state == 'removed') and not self.add_leg(i, False):
-                # Every leg failed, and the one that took the last
-                # generation was removed: only an election can take it
-                # back (monitor.c, judge_sb_locked; the README's Data
-                # safety).  The operator's remedy: a restart.
-                self.count('restart-for-unrecorded-generation')
-                self.act('restart the controller: leg %d holds a generation '
-                         'only an election can take back' % i)
-                self.drain_holds()
-                self.ctl_server.kill9()
-                self.killed_ctl = True
-                if not self.ensure_controller():
-                    return
-                st = self.status()
+            if idx is None or state == 'removed':
+                self.add_leg(i, False)
         # Wait for healthy, nudging legs that stay failed or stale.
         deadline = now() + self.cfg.healthy_secs
         next_nudge = now() + 15

@@ -154,7 +154,21 @@ volume_add_leg (struct volume *v, const char *uri, char *err, size_t errlen)
   return (int) n;
 }
 
-/* Why a leg may not be removed, or NULL.  v->lock held. */
+/* Is l a member of the generation last recorded (change_lock held)?
+ * When no leg is uptodate (the volume has failed), such a leg is one
+ * whose failure could not be recorded: it comes back uptodate when it
+ * returns, and may be the only one holding the newest data.
+ */
+static bool
+recorded_member (struct volume *v, const struct leg *l)
+{
+  return v->metadata && l->slot >= 0 &&
+    (v->sb.slots[l->slot].flags & SLOT_MEMBER) != 0;
+}
+
+/* Why a leg may not be removed, or NULL.  change_lock and v->lock
+ * held.
+ */
 static const char *
 remove_refusal (struct volume *v, struct leg *l)
 {
@@ -164,8 +178,14 @@ remove_refusal (struct volume *v, struct leg *l)
     return "already removed";
   if (l->held)
     return "it is the source of a running backup";
-  if (atomic_load (&l->state) != LEG_UPTODATE)
+  if (atomic_load (&l->state) != LEG_UPTODATE) {
+    if (up == 0 && recorded_member (v, l))
+      return "no leg is uptodate, and it is a member of the last recorded "
+        "generation: it may hold the newest data, and without it nothing "
+        "could be resynced (bring its server back, or restart the "
+        "controller without it and force=true if it is lost)";
     return NULL;
+  }
   if (up == 0)
     return "it is the last uptodate leg";
   if ((unsigned) __builtin_popcount (up) < v->quorum)
@@ -223,6 +243,7 @@ volume_remove_leg (struct volume *v, unsigned index, char *err, size_t errlen)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->life_lock);
 
   {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
     why = remove_refusal (v, l);
   }

@@ -95,20 +95,6 @@ judge_sb_locked (struct volume *v, struct leg *l, const struct superblock *sb,
   }
   if (l->inconsistent || sb_knows_gen (&v->sb, sb->gen))
     return V_FULL;
-  if (meta_gen_unrecorded (v, sb->gen)) {
-    /* Written by a bump of ours when every leg failed, to a slot that
-     * is no member now (removed since): it may be the only copy of the
-     * newest data, so it must not be rebuilt from the others, and the
-     * running volume cannot make it uptodate without its slot.  The
-     * election of a restart decides (it wins with that generation).
-     */
-    snprintf (why, len, "holds generation %" PRIu64 ", which this "
-              "controller wrote when every leg failed and could not "
-              "record: it may hold the newest data, so it is not used; "
-              "restart the controller over every leg and the election "
-              "decides", sb->gen.counter);
-    return V_REFUSE;
-  }
   snprintf (why, len, "holds generation %" PRIu64 " which this volume "
             "never had (split brain): not used", sb->gen.counter);
   return V_REFUSE;
