@@ -99,6 +99,23 @@
 #include "cleanup.h"
 #include "params.h"
 
+/* Send one sock_diag request of len bytes.  Returns the netlink socket
+ * to read the answer from, or -1.
+ */
+static int
+diag_send (const void *msg, size_t len)
+{
+  int fd = socket (AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+
+  if (fd == -1)
+    return -1;
+  if (send (fd, msg, len, 0) != (ssize_t) len) {
+    close (fd);
+    return -1;
+  }
+  return fd;
+}
+
 /* Ask sock_diag about Unix sockets: the one whose inode is ino, or
  * (ino 0) every one in states, with the attributes in show.  Returns
  * the netlink socket to read the answer from, or -1.
@@ -122,18 +139,10 @@ unix_diag_ask (uint32_t ino, uint32_t states, uint32_t show)
       .udiag_show = show,
     },
   };
-  int fd;
 
   if (ino != 0)     /* no cookie: find by inode */
     msg.req.udiag_cookie[0] = msg.req.udiag_cookie[1] = ~0u;
-  fd = socket (AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-  if (fd == -1)
-    return -1;
-  if (send (fd, &msg, sizeof msg, 0) != (ssize_t) sizeof msg) {
-    close (fd);
-    return -1;
-  }
-  return fd;
+  return diag_send (&msg, sizeof msg);
 }
 
 /* The inode of the peer of the Unix socket whose inode is ino (0: the
@@ -287,15 +296,8 @@ tcp_diag_dump (int family, uint32_t states)
       .idiag_states = states,
     },
   };
-  int fd = socket (AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
 
-  if (fd == -1)
-    return -1;
-  if (send (fd, &msg, sizeof msg, 0) != (ssize_t) sizeof msg) {
-    close (fd);
-    return -1;
-  }
-  return fd;
+  return diag_send (&msg, sizeof msg);
 }
 
 /* Is the TCP socket of one sock_diag reply message held by no process
