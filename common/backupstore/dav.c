@@ -181,24 +181,29 @@ url_path (char *url)
   return url;
 }
 
-/* Add the children of one multistatus reply to out, their names
- * prefixed by name_prefix; dirs collects the subcollections.
+/* Add the children of one multistatus reply (the reply of r) to out,
+ * their names prefixed by name_prefix; dirs collects the
+ * subcollections.  -1 after a message.
  */
 static int
-parse_multistatus (const struct bs_buf *body, const char *coll_path,
+parse_multistatus (const struct bs_request *r, const char *coll_path,
                    const char *name_prefix, struct bs_list *out,
                    struct bs_list *dirs)
 {
-  const char *p = body->data, *end = body->data + body->len, *c, *cc;
-  size_t len, clen, plen = strlen (coll_path);
+  CLEANUP_XML_DOC xmlDoc *doc = req_parse_xml (r);
+  xmlNode *top = (xmlNode *) doc, *c;
+  size_t plen = strlen (coll_path);
 
-  while (xml_next (&p, end, "response", &c, &len)) {
-    CLEANUP_FREE char *href = xml_text (c, c + len, "href");
-    CLEANUP_FREE char *mtime = xml_text (c, c + len, "getlastmodified");
-    CLEANUP_FREE char *size = xml_text (c, c + len, "getcontentlength");
+  if (doc == NULL)
+    return -1;
+  for (c = xml_next (top, NULL, "response"); c != NULL;
+       c = xml_next (top, c, "response")) {
+    CLEANUP_FREE char *href = xml_text (c, "href");
+    CLEANUP_FREE char *mtime = xml_text (c, "getlastmodified");
+    CLEANUP_FREE char *size = xml_text (c, "getcontentlength");
     CLEANUP_FREE char *name = NULL;
-    const char *path, *q = c;
-    bool is_dir = xml_next (&q, c + len, "collection", &cc, &clen);
+    const char *path;
+    bool is_dir = xml_next (c, NULL, "collection") != NULL;
     size_t n;
 
     if (href == NULL)
@@ -215,14 +220,17 @@ parse_multistatus (const struct bs_buf *body, const char *coll_path,
     if (asprintf (&name, "%s%.*s%s", name_prefix, (int) n, path,
                   is_dir ? "/" : "") == -1) {
       name = NULL;
-      return -1;
+      goto oom;
     }
     if (list_add (is_dir ? dirs : out, name,
                   mtime ? curl_getdate (mtime, NULL) : 0,
                   size ? strtoull (size, NULL, 10) : 0) == -1)
-      return -1;
+      goto oom;
   }
   return 0;
+ oom:
+  nbdkit_error ("out of memory");
+  return -1;
 }
 
 /* PROPFIND one collection. */
@@ -243,13 +251,10 @@ list_one (struct bs_store *s, const char *prefix, const char *name_prefix,
     nbdkit_error ("out of memory");
   res = coll ? run_sync (r) : BS_ERROR;
   if (res == BS_OK)
-    ret = parse_multistatus (&r->resp, url_path (coll), name_prefix, out,
-                             dirs);
+    ret = parse_multistatus (r, url_path (coll), name_prefix, out, dirs);
   else if (res == BS_ERROR)
     ret = -1;
   req_free (r);
-  if (ret == -1 && res == BS_OK)
-    nbdkit_error ("out of memory");
   return ret;
 }
 
