@@ -11,11 +11,13 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar.h"
 #include "params.h"
 
 #include "nbdrep.h"
@@ -150,15 +152,25 @@ need_operands (const struct subcommand *cmd, int argc, char **argv,
                  argv[optind_ + max], cmd->name, cmd->synopsis);
 }
 
-/* Parse a leg index: up to six decimal digits. */
+/* Parse a whole number in [min, max] as nbdkit reads numbers (see
+ * grammar.h: 0x10 and 010 too); false if str is not one.
+ */
+bool
+parse_whole (const char *str, uint64_t min, uint64_t max, uint64_t *r)
+{
+  return grammar_parse_unsigned (str, max, r) == 0 && *r >= min;
+}
+
+/* Parse a leg index: a whole number up to INT_MAX (the protocol's). */
 unsigned
 parse_index (const struct subcommand *cmd, const char *what, const char *str)
 {
-  size_t digits = strspn (str, "0123456789");
+  uint64_t n;
 
-  if (digits == 0 || digits > 6 || str[digits] != '\0')
-    usage_error (cmd, "%s '%s' is not a leg index (0, 1, 2 ...)", what, str);
-  return (unsigned) strtoul (str, NULL, 10);
+  if (!parse_whole (str, 0, INT_MAX, &n))
+    usage_error (cmd, "%s '%s' is not a leg index (a whole number from 0 "
+                 "to %d)", what, str, INT_MAX);
+  return (unsigned) n;
 }
 
 /* Parse a size as nbdkit does: bytes or a number with a suffix. */

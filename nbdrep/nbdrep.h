@@ -87,6 +87,9 @@ extern void subcommand_help (const struct subcommand *cmd)
  */
 extern void need_operands (const struct subcommand *cmd, int argc,
                            char **argv, int optind_, int min, int max);
+/* Parse a whole number in [min, max] in nbdkit's grammar (false if bad). */
+extern bool parse_whole (const char *str, uint64_t min, uint64_t max,
+                         uint64_t *r);
 /* Parse a leg index operand (usage error if it is not one). */
 extern unsigned parse_index (const struct subcommand *cmd, const char *what,
                              const char *str);

@@ -14,6 +14,7 @@
 
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,16 +105,18 @@ watch_loop (struct ctl *c, const struct watch_opts *o)
   }
 }
 
-/* Parse --count: a positive integer. */
+/* Parse --count: a whole number from 1 (up to UINT_MAX, as
+ * nbdkit_parse_unsigned).
+ */
 static unsigned long
 parse_count (const struct subcommand *cmd, const char *str)
 {
-  size_t digits = strspn (str, "0123456789");
-  unsigned long n = strtoul (str, NULL, 10);
+  uint64_t n;
 
-  if (digits == 0 || digits > 9 || str[digits] != '\0' || n == 0)
-    usage_error (cmd, "--count '%s' is not a positive number", str);
-  return n;
+  if (!parse_whole (str, 1, UINT_MAX, &n))
+    usage_error (cmd, "--count '%s' is not a whole number from 1 to %u",
+                 str, UINT_MAX);
+  return (unsigned long) n;
 }
 
 /* nbdrep watch. */

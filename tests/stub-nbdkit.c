@@ -2,8 +2,9 @@
 /* The nbdkit functions the engine uses, for unit tests: errors go to
  * stderr, debug messages only when REPLICATE_TEST_DEBUG is set, a
  * relative path is made absolute against the working directory (as
- * nbdkit_absolute_path does), and sizes and booleans are parsed in
- * nbdkit's grammar (common/utils/grammar.c).
+ * nbdkit_absolute_path does), and sizes, booleans and whole numbers
+ * are parsed in nbdkit's grammar (common/utils/grammar.c), with
+ * nbdkit's messages.
  */
 
 #include <config.h>
@@ -23,6 +24,7 @@ void nbdkit_debug (const char *fs, ...) __attribute__ ((format (printf, 1, 2)));
 char *nbdkit_absolute_path (const char *path);
 int64_t nbdkit_parse_size (const char *str);
 int nbdkit_parse_bool (const char *str);
+int nbdkit_parse_uint64_t (const char *what, const char *str, uint64_t *r);
 
 /* Print an error message on stderr, preserving errno. */
 void
@@ -107,4 +109,18 @@ nbdkit_parse_bool (const char *str)
   if (b == -1)
     nbdkit_error ("could not decipher boolean (%s)", str);
   return b;
+}
+
+/* A uint64_t in nbdkit's grammar (0x10, 010 ...), or -1 after an error. */
+int
+nbdkit_parse_uint64_t (const char *what, const char *str, uint64_t *r)
+{
+  int refusal = grammar_parse_unsigned (str, UINT64_MAX, r);
+  char msg[256];
+
+  if (refusal == 0)
+    return 0;
+  grammar_refusal_message (msg, sizeof msg, what, str, refusal);
+  nbdkit_error ("%s", msg);
+  return -1;
 }

@@ -2,11 +2,13 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Every bad start is refused: nbdkit exits non-zero without serving (the
 # --run command never runs) and stderr names the problem (DESIGN.md
-# sections 6 and 10): an unknown key, malformed URIs, a malformed size,
-# a chunk that is not a power of two, duplicate legs (the same URI
-# twice, and the same storage under two URIs: two legs holding the same
-# leg UUID), connections=0, a quorum larger than the legs, a leg
-# unreachable at start (plugin and filter shape; wait=1), a leg too
+# sections 6 and 10): an unknown key, malformed URIs (one libnbd cannot
+# parse among them), a malformed size, a chunk that is not a power of
+# two, duplicate legs (the same URI twice, the same socket written two
+# ways libnbd reads alike, and the same storage under two URIs: two
+# legs holding the same leg UUID), connections=0, a quorum larger than
+# the legs, a leg unreachable at start (plugin and filter shape;
+# wait=1), a leg too
 # small for any metadata and a new member too small for the volume
 # (both named), a leg of another volume (named, and not written to),
 # and a new volume over legs holding data (the legs named, nothing
@@ -144,6 +146,17 @@ refuse duplicate-leg -m "duplicate leg" -m "leg 2 is the same as leg 0" -- \
   "$PLUGIN" "$r0" "$r1" "$r0"
 refuse duplicate-replica-key -m "duplicate leg" -m "$r1" -- \
   "$PLUGIN" "$r0" "$r1" replica="$r1"
+# The same leg as libnbd reads URIs (xmlParseURI, then its own split of
+# the query): ';' ends socket= when no '&' follows, and "%73ocket" is
+# socket.  Before leg URIs were split with libxml2, both were a third,
+# distinct leg (the second one refused for want of a socket).
+refuse duplicate-leg-semicolon -m "duplicate leg" \
+  -m "leg 2 is the same as leg 0" -- "$PLUGIN" "$r0" "$r1" "$r0;x=1"
+refuse duplicate-leg-escaped -m "duplicate leg" \
+  -m "leg 2 is the same as leg 0" -- \
+  "$PLUGIN" "$r0" "$r1" "${r0/socket=/%73ocket=}"
+refuse unparsable-uri -m "replica=nbd://host/e{x}" \
+  -m "not a URI libnbd can parse" -- "$PLUGIN" "$r0" "nbd://host/e{x}"
 refuse connections-0 -m "connections=0" -- \
   "$PLUGIN" "$r0" "$r1" connections=0
 refuse quorum-3-of-2 -m "quorum=3" -m "number of legs (2)" -- \

@@ -6,7 +6,8 @@
  * FIELD=VALUE pairs (formatted by format_field), "UNKNOWN KEY" (config_set
  * returned 1 for KEY) or a substring of the error message.  Every
  * message from config_set must start with the key it is about.
- * uri_cases, size_cases and seconds_cases test the parsers alone.
+ * uri_cases, socket_cases, same_leg_cases, size_cases and
+ * seconds_cases test the parsers alone.
  */
 
 #include <config.h>
@@ -123,13 +124,30 @@ static const struct set_case set_cases[] = {
   { true, { "connections=65" }, "connections=65: must be between 1 and 64" },
   { true, { "connections=four" },
     "connections=four: must be a whole number between 1 and 64" },
-  { true, { "connections=+4" }, "connections=+4: must be a whole number" },
+  /* Whole numbers in nbdkit's grammar (nbdkit_parse_unsigned). */
+  { true, { "connections=+4" }, "OK connections=4" },
+  { true, { "connections= 4" }, "OK connections=4" },
+  { true, { "connections=\t+4" }, "OK connections=4" },
+  { true, { "connections=0x10" }, "OK connections=16" },
+  { true, { "connections=0X3f" }, "OK connections=63" },
+  { true, { "connections=010" }, "OK connections=8" },
+  { true, { "connections=0x41" },
+    "connections=0x41: must be between 1 and 64" },
+  { true, { "connections=0100" }, "OK connections=64" },
+  { true, { "connections=0101" },
+    "connections=0101: must be between 1 and 64" },
+  { true, { "connections=00" }, "connections=00: must be between 1 and 64" },
+  { true, { "connections=08" },
+    "connections=08: must be a whole number between 1 and 64" },
+  { true, { "connections=0x" }, "connections=0x: must be a whole number" },
+  { true, { "connections=0xg" }, "connections=0xg: must be a whole number" },
   { true, { "connections=-1" }, "connections=-1: must be a whole number" },
-  { true, { "connections= 4" }, "connections= 4: must be a whole number" },
+  { true, { "connections=-0" }, "connections=-0: must be a whole number" },
+  { true, { "connections=+-4" }, "connections=+-4: must be a whole number" },
   { true, { "connections=4 " }, "connections=4 : must be a whole number" },
   { true, { "connections=" }, "connections=: must be a whole number" },
-  { true, { "connections=0x10" }, "must be a whole number" },
   { true, { "connections=4.0" }, "must be a whole number" },
+  { true, { "connections=4K" }, "connections=4K: must be a whole number" },
   { true, { "connections=99999999999999999999999" },
     "must be a whole number" },
   { true, { "connections=2", "connections=3" },
@@ -150,6 +168,8 @@ static const struct set_case set_cases[] = {
   { true, { "quorum=17" }, "quorum=17: must be majority" },
   { true, { "quorum=Majority" }, "quorum=Majority: must be majority" },
   { true, { "quorum=-1" }, "quorum=-1: must be majority" },
+  { true, { "quorum=0x1" }, "OK quorum=1 majority=false" },
+  { true, { "quorum=0x" }, "quorum=0x: must be majority" },
   { true, { "quorum=majority", "quorum=2" },
     "quorum given twice: quorum=2" },
   { false, { "quorum=majority", "replica=nbd://a" }, "OK "
@@ -244,6 +264,8 @@ static const struct set_case set_cases[] = {
   { true, { "al-extents=0" }, "al-extents=0: must be between 1 and 65536" },
   { true, { "al-extents=65537" }, "al-extents=65537: must be between" },
   { true, { "al-extents=1K" }, "al-extents=1K: must be a whole number" },
+  { true, { "al-extents=0x10000" }, "OK al-extents=65536" },
+  { true, { "max-legs=020" }, "OK max-legs=16" },
   { true, { "max-legs=1" }, "OK max-legs=1" },
   { true, { "max-legs=16" }, "OK max-legs=16" },
   { true, { "max-legs=0" }, "max-legs=0: must be between 1 and 16" },
@@ -314,6 +336,8 @@ static const struct set_case set_cases[] = {
   { true, { "prefer=1" }, "prefer=1 is not a leg (the legs are 0 to 0)" },
   { true, { "prefer=16" }, "prefer=16: must be between 0 and 15" },
   { true, { "prefer=-1" }, "prefer=-1: must be a whole number" },
+  { true, { "prefer=0x1", "replica=nbd://a" }, "OK prefer=1" },
+  { true, { "prefer=1x" }, "prefer=1x: must be a whole number" },
 
   /* ublk */
   { true, { "ublk=0" }, "OK ublk=0 ublk-queues=1 ublk-depth=128" },
@@ -323,6 +347,9 @@ static const struct set_case set_cases[] = {
     "ublk=7 ublk-depth=100 ublk-queues=1" },
   { true, { "ublk=1048576" }, "ublk=1048576: must be between 0 and 1048575" },
   { true, { "ublk=-1" }, "ublk=-1: must be a whole number" },
+  { true, { "ublk=0xfffff" }, "OK ublk=1048575" },
+  { true, { "ublk=0x100000" }, "ublk=0x100000: must be between 0 and" },
+  { true, { "ublk=0", "ublk-depth=0x1000" }, "OK ublk-depth=4096" },
   { true, { "ublk=1", "ublk-queues=0" },
     "ublk-queues=0: must be between 1 and 64" },
   { true, { "ublk=1", "ublk-queues=65" }, "ublk-queues=65: must be between" },
@@ -619,7 +646,17 @@ static const struct uri_case uri_cases[] = {
   { "nbds://b/?tls-certificates=/etc/pki&tls-psk-file=/k", NULL },
   { "nbd+vsock://3", NULL },
   { "nbds+vsock://2:10810/e", NULL },
-  { "nbd+vsock://4294967295:4294967295/", NULL },
+  { "nbd+vsock://4294967295:2147483647/", NULL },
+  /* As libnbd reads them (xmlParseURI, its query split): a name may be
+   * %-encoded; port 0 is 10809; ';' ends a parameter when no '&'
+   * follows.
+   */
+  { "nbd+unix:///?%73ocket=/a", NULL },
+  { "nbd+unix:///?socket=/a;x=1", NULL },
+  { "nbd://a:0/", NULL },
+  { "nbd+vsock://3:0", NULL },
+  { "nbd://a/b+c?x", NULL },
+  { "nbd://user:pw@a/", NULL },
 
   /* Not NBD URIs. */
   { "foo://x",
@@ -644,14 +681,23 @@ static const struct uri_case uri_cases[] = {
   { "nbd://a/x#frag", "unexpected fragment '#frag'" },
   { "nbd://a/%zz", "bad %-escape '%zz'" },
   { "nbd://a/%4", "bad %-escape '%4'" },
+  { "nbd+unix:///?socket=/a%00b", "bad %-escape '%00' (a NUL)" },
+  /* libxml2 (and so libnbd) cannot parse these. */
+  { "nbd://a/e{x}", "replica=nbd://a/e{x}: not a URI libnbd can parse "
+    "(RFC 3986: characters such as < > \" { } | \\ ^ ` must be "
+    "%-escaped)" },
+  { "nbd+unix:///?socket=/run/a|b", "not a URI libnbd can parse" },
+  { "nbd://a/<x>", "not a URI libnbd can parse" },
+  { "nbd://a:10810/\"x\"", "not a URI libnbd can parse" },
+  { "nbd://a/x^y", "not a URI libnbd can parse" },
 
   /* TCP. */
   { "nbd://", "replica=nbd://: no host (expected nbd://HOST[:PORT]"
     "[/EXPORT])" },
   { "nbds:///x", "no host (expected nbds://" },
   { "nbd://:10809/", "no host" },
-  { "nbd://a:0/", "bad port '0' (expected a number from 1 to 65535)" },
-  { "nbd://a:65536", "bad port '65536'" },
+  { "nbd://a:65536", "bad port '65536' (expected a number from 1 to "
+    "65535)" },
   { "nbd://a:/", "bad port ''" },
   { "nbd://a:x", "bad port 'x'" },
   { "nbd://a:10809x/", "bad port '10809x'" },
@@ -662,7 +708,7 @@ static const struct uri_case uri_cases[] = {
   { "nbd://[1.2.3.4]/", "bad host '[1.2.3.4]'" },
   { "nbd://[::1]x/", "unexpected 'x' after the host" },
   { "nbd://a!b/", "bad host 'a!b'" },
-  { "nbd://a@b@c/", "bad host 'b@c'" },
+  { "nbd://a@b@c/", "more than one '@' in 'a@b@c'" },
   { "nbd://@a/", "empty user name before '@'" },
   { "nbd://a?socket=/x", "socket= is only for nbd+unix and nbds+unix" },
 
@@ -682,7 +728,7 @@ static const struct uri_case uri_cases[] = {
   { "nbds+unix://alice@host/?socket=/a", "nbds+unix takes no host ('host'): "
     "expected nbds+unix://[USER@]/[EXPORT]?socket=PATH" },
   { "nbds+unix://alice@:10809/?socket=/a", "takes no host (':10809')" },
-  { "nbds+unix://alice@b@/?socket=/a", "takes no host ('b@')" },
+  { "nbds+unix://alice@b@/?socket=/a", "more than one '@'" },
   { "nbds+unix://alice@/", "no socket" },
 
   /* libnbd's TLS files. */
@@ -692,6 +738,8 @@ static const struct uri_case uri_cases[] = {
     "tls-certificates=certs is not an absolute path" },
   { "nbds://b/?tls-certificates=", "tls-certificates= is not an absolute" },
   { "nbds://b/?tls-psk-file=%41", "tls-psk-file=%41 is not an absolute" },
+  { "nbds://b/?tls-psk-fil%65=k", "tls-psk-fil%65=k is not an absolute" },
+  { "nbds://b/?x=1;tls-certificates=c", "tls-certificates=c is not an" },
 
   /* vsock. */
   { "nbd+vsock://", "bad or missing CID (expected nbd+vsock://CID[:PORT]"
@@ -699,10 +747,10 @@ static const struct uri_case uri_cases[] = {
   { "nbd+vsock://x/", "bad or missing CID" },
   { "nbd+vsock://4294967296/", "bad or missing CID" },
   { "nbd+vsock://-1/", "bad or missing CID" },
-  { "nbd+vsock://3:0", "bad port '0' (expected a number from 1 to "
-    "4294967295)" },
-  { "nbd+vsock://3:4294967296", "bad port" },
-  { "nbd+vsock://3x", "unexpected 'x' after the host" },
+  { "nbd+vsock://3:4294967296", "bad port '4294967296' (expected a number "
+    "from 1 to 2147483647)" },
+  { "nbd+vsock://3:4294967295", "bad port" },
+  { "nbd+vsock://3x", "bad or missing CID" },
   { "nbd+vsock://3?socket=/a", "socket= is only for" },
 };
 
@@ -727,6 +775,93 @@ test_uris (void)
       CHECKF (strncmp (err, "replica=", 8) == 0,
               "row %zu: '%s' does not name replica=", row, err);
     }
+  }
+}
+
+/* The socket path of Unix URIs, as libnbd reads it (decoded; the query
+ * split at '&', or at ';' when no '&' follows).  NULL: not one.
+ */
+static const struct {
+  const char *uri;
+  const char *path;
+} socket_cases[] = {
+  { "nbd+unix:///?socket=/run/r0.sock", "/run/r0.sock" },
+  { "nbds+unix://alice@/e?tls-verify-peer=false&socket=/a", "/a" },
+  { "nbd+unix:///?socket=%2Frun%2Fa%20b", "/run/a b" },
+  { "nbd+unix:///?%73ocket=/s", "/s" },
+  { "nbd+unix:///?socket=/a;x=1", "/a" },
+  { "nbd+unix:///?x=1;socket=/b", "/b" },
+  { "nbd+unix:///?socket=/a%3Bx", "/a;x" },
+  { "nbd+unix:///?socket=/a&x=1;y", "/a" },
+  { "nbd+unix:///?socket=/a;x=1&y=2", "/a;x=1" },
+  { "nbd+unix:///?socket=/a+b", "/a+b" },
+  { "nbd+unix:///?=/x&socket=/a", "/a" },
+  { "nbd+unix:///?socket=" A100 "/234567", A100 "/234567" },
+  { "nbd+unix:///?socket=/a&socket=/b", NULL },
+  { "nbd://a/?socket=/a", NULL },
+  { "nbd+unix:///", NULL },
+  { "nbd+unix:///?sock=/a", NULL },
+};
+
+/* The socket table. */
+static void
+test_unix_sockets (void)
+{
+  size_t row;
+
+  for (row = 0; row < ARRAY_SIZE (socket_cases); row++) {
+    char path[128] = "";
+    int r = config_unix_socket (socket_cases[row].uri, path, sizeof path);
+
+    if (socket_cases[row].path == NULL)
+      CHECKF (r == -1, "socket row %zu: %s: got '%s'", row,
+              socket_cases[row].uri, path);
+    else
+      CHECKF (r == 0 && strcmp (path, socket_cases[row].path) == 0,
+              "socket row %zu: %s: got %d '%s'", row, socket_cases[row].uri,
+              r, path);
+  }
+}
+
+/* Pairs of URIs and whether they name the same leg, compared decoded as
+ * libnbd uses them.
+ */
+static const struct {
+  const char *a, *b;
+  bool same;
+} same_leg_cases[] = {
+  { "nbd://a/%61", "nbd://a/a", true },
+  { "nbd://%61/x", "nbd://A/x", true },
+  { "nbd://a:0", "nbd://a:10809/", true },
+  { "nbd://a/b+c", "nbd://a/b%2Bc", true },
+  { "nbd://a/b+c", "nbd://a/b%20c", false },
+  { "nbd://a/e%3Fx", "nbd://a/e?x", false },
+  { "nbd://a/%2F", "nbd://a//", true },
+  { "nbd://[::1]:10810", "nbd://[::1]:10810/", true },
+  { "nbd://[fe80::1%25eth0]", "nbd://[fe80::1%25eth1]", false },
+  { "nbd+unix:///?socket=%2Fa", "nbd+unix:///?socket=/a", true },
+  { "nbd+unix:///?socket=/a;x=1", "nbd+unix:///?socket=/a", true },
+  { "nbd+unix:///?%73ocket=/a", "nbds+unix:///?socket=/a", true },
+  { "nbd+unix:///?socket=/a%3Bx=1", "nbd+unix:///?socket=/a", false },
+  { "nbd+unix:///e?socket=/a", "nbd+unix:///?socket=/a", false },
+  { "nbd+vsock://3", "nbd+vsock://3:10809", true },
+  { "nbd+vsock://3:0", "nbd+vsock://3", true },
+  { "nbd+vsock://3", "nbd://3", false },
+  { "nbd://a/e{x}", "nbd://a/e{x}", false },   /* malformed */
+};
+
+/* The same-leg table, both ways round. */
+static void
+test_same_legs (void)
+{
+  size_t row;
+
+  for (row = 0; row < ARRAY_SIZE (same_leg_cases); row++) {
+    const char *a = same_leg_cases[row].a, *b = same_leg_cases[row].b;
+    bool same = same_leg_cases[row].same;
+
+    CHECKF (config_same_leg (a, b) == same && config_same_leg (b, a) == same,
+            "same-leg row %zu: %s and %s: expected %d", row, a, b, same);
   }
 }
 
@@ -981,6 +1116,8 @@ main (void)
   test_small_buffers ();
   test_uris ();
   test_uri_tls_files ();
+  test_unix_sockets ();
+  test_same_legs ();
   test_set_tls ();
   test_sizes ();
   test_bools ();

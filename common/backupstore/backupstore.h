@@ -205,20 +205,6 @@ extern int bs_payload_header (const void *data, size_t len, char line[96]);
 /* CURLOPT_AWS_SIGV4's parameter for region. */
 extern char *bs_sigv4_provider (const char *region);
 
-/* ---- xml.c ------------------------------------------------------- */
-
-/* Find the next element named name (any namespace prefix) in
- * [*p, end); its content is [*content, *content + *len), and *p moves
- * after it.  A self-closing element has an empty content.  false when
- * there is none.
- */
-extern bool xml_next (const char **p, const char *end, const char *name,
-                      const char **content, size_t *len);
-/* The text of the first element name in [p, end), entities decoded;
- * NULL if absent.
- */
-extern char *xml_text (const char *p, const char *end, const char *name);
-
 /* ---- block.c ----------------------------------------------------- */
 
 #define BS_HASH_LEN 32

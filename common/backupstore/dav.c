@@ -9,7 +9,9 @@
  * says 409, and the PUT is tried again.  Listings are PROPFIND with
  * Depth: 1 (servers refuse Depth: infinity), walked collection by
  * collection when a whole tree is wanted; a collection that does not
- * exist lists empty.
+ * exist lists empty.  An href is split and decoded by libxml2's
+ * xmlParseURI, as the legs' URIs are; one it cannot parse is not one
+ * of ours, and is skipped.
  * credentials=FILE is a netrc file for servers that want a login.
  *
  * An object that must never be seen half-written (a manifest) is PUT
@@ -30,6 +32,7 @@
 #include <string.h>
 
 #include <curl/curl.h>
+#include <libxml/uri.h>
 
 #include "cleanup.h"
 #include "random.h"
@@ -145,68 +148,56 @@ dav_make_parents (struct bs_store *s, const char *key)
   return make_collection (s, dir);
 }
 
-/* Decode %XX in place. */
-static void
-percent_decode (char *s)
-{
-  char *q = s;
-
-  for (; *s; ++s) {
-    if (*s == '%' && s[1] && s[2]) {
-      char hex[3] = { s[1], s[2], '\0' };
-      char *end;
-      unsigned long v = strtoul (hex, &end, 16);
-      if (*end == '\0') {
-        *q++ = (char) v;
-        s += 2;
-        continue;
-      }
-    }
-    *q++ = *s;
-  }
-  *q = '\0';
-}
-
-/* The decoded path of a URL or of an absolute path. */
-static const char *
-url_path (char *url)
-{
-  char *p = strstr (url, "://");
-
-  percent_decode (url);
-  if (p) {
-    p = strchr (p + 3, '/');
-    return p ? p : "/";
-  }
-  return url;
-}
-
-/* Add the children of one multistatus reply to out, their names
- * prefixed by name_prefix; dirs collects the subcollections.
+/* The decoded path of a URL or of an absolute path, into *path (a
+ * new string, NULL if out of memory); -1 if it is not a URI.  libxml2
+ * splits and decodes it, as it does the legs' URIs
+ * (common/replication/uri.c).
  */
 static int
-parse_multistatus (const struct bs_buf *body, const char *coll_path,
+url_path (const char *url, char **path)
+{
+  xmlURI *u = xmlParseURI (url);
+
+  *path = NULL;
+  if (u == NULL)
+    return -1;
+  *path = strdup (u->path ? u->path : "/");
+  xmlFreeURI (u);
+  return 0;
+}
+
+/* Add the children of one multistatus reply (the reply of r) to out,
+ * their names prefixed by name_prefix; dirs collects the
+ * subcollections.  -1 after a message.
+ */
+static int
+parse_multistatus (const struct bs_request *r, const char *coll_path,
                    const char *name_prefix, struct bs_list *out,
                    struct bs_list *dirs)
 {
-  const char *p = body->data, *end = body->data + body->len, *c, *cc;
-  size_t len, clen, plen = strlen (coll_path);
+  CLEANUP_XML_DOC xmlDoc *doc = req_parse_xml (r);
+  xmlNode *top = (xmlNode *) doc, *c;
+  size_t plen = strlen (coll_path);
 
-  while (xml_next (&p, end, "response", &c, &len)) {
-    CLEANUP_FREE char *href = xml_text (c, c + len, "href");
-    CLEANUP_FREE char *mtime = xml_text (c, c + len, "getlastmodified");
-    CLEANUP_FREE char *size = xml_text (c, c + len, "getcontentlength");
-    CLEANUP_FREE char *name = NULL;
-    const char *path, *q = c;
-    bool is_dir = xml_next (&q, c + len, "collection", &cc, &clen);
+  if (doc == NULL)
+    return -1;
+  for (c = xml_next (top, NULL, "response"); c != NULL;
+       c = xml_next (top, c, "response")) {
+    CLEANUP_FREE char *href = xml_text (c, "href");
+    CLEANUP_FREE char *mtime = xml_text (c, "getlastmodified");
+    CLEANUP_FREE char *size = xml_text (c, "getcontentlength");
+    CLEANUP_FREE char *name = NULL, *decoded = NULL;
+    const char *path;
+    bool is_dir = xml_next (c, NULL, "collection") != NULL;
     size_t n;
 
-    if (href == NULL)
+    if (href == NULL || url_path (href, &decoded) == -1)
+      continue;                 /* not a URI: not one of ours */
+    if (decoded == NULL)
+      goto oom;
+    if (strncmp (decoded, coll_path, plen) != 0)
       continue;
-    path = url_path (href);
-    if (strncmp (path, coll_path, plen) != 0)
-      continue;
-    path += plen;
+    path = decoded + plen;
     n = strlen (path);
     while (n > 0 && path[n - 1] == '/')
       n--;
@@ -215,14 +206,17 @@ parse_multistatus (const struct bs_buf *body, const char *coll_path,
     if (asprintf (&name, "%s%.*s%s", name_prefix, (int) n, path,
                   is_dir ? "/" : "") == -1) {
       name = NULL;
-      return -1;
+      goto oom;
     }
     if (list_add (is_dir ? dirs : out, name,
                   mtime ? curl_getdate (mtime, NULL) : 0,
                   size ? strtoull (size, NULL, 10) : 0) == -1)
-      return -1;
+      goto oom;
   }
   return 0;
+ oom:
+  nbdkit_error ("out of memory");
+  return -1;
 }
 
 /* PROPFIND one collection. */
@@ -238,18 +232,16 @@ list_one (struct bs_store *s, const char *prefix, const char *name_prefix,
 
   if (r == NULL)
     return -1;
-  coll = strdup (r->url);
-  if (coll == NULL)
+  if (url_path (r->url, &coll) == -1)
+    nbdkit_error ("%s: not a URL libxml2 can parse", r->url);
+  else if (coll == NULL)
     nbdkit_error ("out of memory");
   res = coll ? run_sync (r) : BS_ERROR;
   if (res == BS_OK)
-    ret = parse_multistatus (&r->resp, url_path (coll), name_prefix, out,
-                             dirs);
+    ret = parse_multistatus (r, coll, name_prefix, out, dirs);
   else if (res == BS_ERROR)
     ret = -1;
   req_free (r);
-  if (ret == -1 && res == BS_OK)
-    nbdkit_error ("out of memory");
   return ret;
 }
 

@@ -19,6 +19,7 @@
 #include <curl/curl.h>
 
 #include "backupstore.h"
+#include "xml.h"
 
 enum bs_kind { BS_S3, BS_DAV };
 
@@ -103,6 +104,11 @@ extern CURL *req_attach (struct bs_request *r);
 extern enum outcome req_detach (struct bs_request *r, CURLcode c);
 /* Run a request to the end on this thread. */
 extern enum bs_result run_sync (struct bs_request *r);
+/* The reply of r parsed as XML, or NULL after a message naming the
+ * object and the request ("...: PROPFIND: the reply is not well-formed
+ * XML (line 1: ...)").
+ */
+extern xmlDoc *req_parse_xml (const struct bs_request *r);
 /* Add an entry to a listing.  -1 if out of memory (nothing printed). */
 extern int list_add (struct bs_list *l, const char *name, time_t mtime,
                      uint64_t size);

@@ -331,15 +331,18 @@ s3_setup (struct bs_store *s, CURL *easy)
 void
 s3_error_code (const struct bs_buf *body, char *code, size_t len)
 {
+  CLEANUP_XML_DOC xmlDoc *doc = NULL;
   CLEANUP_FREE char *c = NULL, *msg = NULL;
-  const char *end;
+  char why[128];
 
   code[0] = '\0';
   if (body->data == NULL)
     return;
-  end = body->data + body->len;
-  c = xml_text (body->data, end, "Code");
-  msg = xml_text (body->data, end, "Message");
+  doc = xml_parse (body->data, body->len, why, sizeof why);
+  if (doc == NULL)
+    return;                     /* not an S3 error: the caller says so */
+  c = xml_text ((xmlNode *) doc, "Code");
+  msg = xml_text ((xmlNode *) doc, "Message");
   if (c)
     snprintf (code, len, "%s%s%s", c, msg ? ": " : "", msg ? msg : "");
 }
@@ -359,37 +362,41 @@ parse_iso_time (const char *s)
   return timegm (&tm);
 }
 
-/* Add the entries of one ListObjectsV2 page; sets *token to the next
- * page's continuation token or NULL.
+/* Add the entries of one ListObjectsV2 page (the reply of r); sets
+ * *token to the next page's continuation token or NULL.
  */
 static int
-parse_list_page (const struct bs_buf *body, size_t skip,
+parse_list_page (const struct bs_request *r, size_t skip,
                  struct bs_list *out, char **token)
 {
-  const char *p = body->data, *end = body->data + body->len, *c;
-  CLEANUP_FREE char *truncated = xml_text (p, end, "IsTruncated");
-  size_t len;
+  CLEANUP_XML_DOC xmlDoc *doc = req_parse_xml (r);
+  CLEANUP_FREE char *truncated = NULL;
+  xmlNode *top = (xmlNode *) doc, *c;
 
-  while (xml_next (&p, end, "Contents", &c, &len)) {
-    CLEANUP_FREE char *key = xml_text (c, c + len, "Key");
-    CLEANUP_FREE char *mtime = xml_text (c, c + len, "LastModified");
-    CLEANUP_FREE char *size = xml_text (c, c + len, "Size");
+  *token = NULL;
+  if (doc == NULL)
+    return -1;
+  truncated = xml_text (top, "IsTruncated");
+  for (c = xml_next (top, NULL, "Contents"); c != NULL;
+       c = xml_next (top, c, "Contents")) {
+    CLEANUP_FREE char *key = xml_text (c, "Key");
+    CLEANUP_FREE char *mtime = xml_text (c, "LastModified");
+    CLEANUP_FREE char *size = xml_text (c, "Size");
     if (key == NULL || strlen (key) <= skip)
       continue;
     if (list_add (out, key + skip, mtime ? parse_iso_time (mtime) : 0,
                   size ? strtoull (size, NULL, 10) : 0) == -1)
       goto oom;
   }
-  p = body->data;
-  while (xml_next (&p, end, "CommonPrefixes", &c, &len)) {
-    CLEANUP_FREE char *prefix = xml_text (c, c + len, "Prefix");
+  for (c = xml_next (top, NULL, "CommonPrefixes"); c != NULL;
+       c = xml_next (top, c, "CommonPrefixes")) {
+    CLEANUP_FREE char *prefix = xml_text (c, "Prefix");
     if (prefix && strlen (prefix) > skip &&
         list_add (out, prefix + skip, 0, 0) == -1)
       goto oom;
   }
-  *token = NULL;
   if (truncated && strcmp (truncated, "true") == 0) {
-    *token = xml_text (body->data, end, "NextContinuationToken");
+    *token = xml_text (top, "NextContinuationToken");
     if (*token == NULL) {
       nbdkit_error ("a truncated listing has no NextContinuationToken");
       return -1;
@@ -437,8 +444,7 @@ list_page (struct bs_store *s, const char *prefix, const char *full,
   *token = NULL;
   if (res == BS_NOT_FOUND)
     nbdkit_error ("%s: listing: HTTP 404", s->cfg->target);
-  ret = res == BS_OK ? parse_list_page (&r->resp, strlen (full), out, token)
-    : -1;
+  ret = res == BS_OK ? parse_list_page (r, strlen (full), out, token) : -1;
   req_free (r);
   return ret;
 }

@@ -9,7 +9,6 @@
 
 #include <config.h>
 
-#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,18 +173,17 @@ bs_config_new (const char *target)
   return cfg;
 }
 
-/* Parse an unsigned option value within [min, max]. */
+/* Parse an unsigned option value within [min, max], as
+ * nbdkit_parse_unsigned reads numbers (0x10 and 010 too; this library
+ * also runs in nbdrep, hence common/utils/grammar.c).
+ */
 static int
 parse_unsigned (const char *key, const char *value, unsigned min,
                 unsigned max, unsigned *out)
 {
-  char *end;
-  unsigned long v;
+  uint64_t v;
 
-  errno = 0;
-  v = strtoul (value, &end, 10);
-  if (errno || end == value || *end || v < min || v > max ||
-      value[0] == '-') {
+  if (grammar_parse_unsigned (value, max, &v) != 0 || v < min) {
     nbdkit_error ("%s=%s: not a number from %u to %u", key, value, min, max);
     return -1;
   }

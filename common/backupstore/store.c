@@ -516,7 +516,7 @@ body_summary (const struct bs_buf *body, char *out, size_t len)
   out[0] = '\0';
   if (body->len == 0)
     return;
-  title = xml_text (body->data, body->data + body->len, "title");
+  title = xml_html_title (body->data, body->len);
   if (title) {
     snprintf (out, len, "(%s)", title);
     return;
@@ -524,6 +524,19 @@ body_summary (const struct bs_buf *body, char *out, size_t len)
   n = strcspn (body->data, "\r\n");
   if (body->data[0] != '<' && n > 0 && n < 200)
     snprintf (out, len, "(%.*s)", (int) n, body->data);
+}
+
+/* Parse the reply of a request as XML. */
+xmlDoc *
+req_parse_xml (const struct bs_request *r)
+{
+  char why[256];
+  xmlDoc *doc = xml_parse (r->resp.data, r->resp.len, why, sizeof why);
+
+  if (doc == NULL)
+    nbdkit_error ("%s/%s: %s: the reply is not well-formed XML (%s)",
+                  r->s->cfg->target, r->key, r->verb, why);
+  return doc;
 }
 
 /* Describe the failure of the last attempt in buf. */

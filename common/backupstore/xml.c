@@ -1,185 +1,200 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Just enough XML for S3 listings and errors and WebDAV multistatus.
+/* The XML of S3 listings and errors and WebDAV multistatus, read with
+ * libxml2 (libnbd already links it, for URIs).
  *
- * The documents are small, machine-written and flat where we read
- * them: an element we look for never contains another of the same
- * name.  So an element is found by scanning for its start tag, with
- * any namespace prefix ("D:href", "href"), and its end tag; comments,
- * CDATA and DTDs are not handled (no server sends them here).  Text is
- * returned with the five predefined entities and numeric character
- * references decoded.  Pure functions, thread-safe.  The text must
- * have a NUL at or after end (response bodies do: struct bs_buf):
- * numeric references are parsed with strtoul, which stops there.
+ * A reply is parsed whole into a document (xml_parse): a reply that
+ * is not well-formed XML, a truncated one among them, is refused with
+ * libxml2's reason, which the caller puts in its own message.  Then
+ * elements are found by local name among the descendants of a scope,
+ * in document order (xml_next), whatever their namespace prefix
+ * ("D:href", "s3:Key", "Key"), and xml_text gives an element's
+ * character data: entities and character references decoded, CDATA
+ * sections included, comments and processing instructions left out.
+ * Elements inside a comment, a CDATA section or an entity declaration
+ * are not elements, and are not found.  An HTML error page's title is
+ * read with libxml2's HTML parser (xml_html_title): such pages are
+ * seldom well-formed XML.
+ *
+ * libxml2 is kept quiet and local: no message of its own is printed
+ * (XML_PARSE_NOERROR, NOWARNING, and a structured error handler on
+ * the parser context that drops them; the reason is read back from
+ * the context), no network (NONET), no external entity or DTD is
+ * loaded (no NOENT, DTDLOAD or DTDVALID), and no global handler of
+ * the process (which libnbd shares) is changed.  The parser is
+ * initialised once (xmlInitParser is not thread-safe before 2.10);
+ * after that these functions are thread-safe: each call has its own
+ * context and document.
  */
 
 #include <config.h>
 
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backupstore.h"
+#include <libxml/HTMLparser.h>
+#include <libxml/parser.h>
+#include <libxml/xmlerror.h>
 
-/* Does the tag name at [p, end) (after '<' or '</') have local name
- * name, followed by '>', '/', or white space?  Sets *after to the
- * character after the name.
- */
-static bool
-tag_matches (const char *p, const char *end, const char *name,
-             const char **after)
+#include "xml.h"
+
+#define XML_OPTIONS (XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING)
+#define HTML_OPTIONS \
+  (HTML_PARSE_NONET | HTML_PARSE_NOERROR | HTML_PARSE_NOWARNING)
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+/* Initialise libxml2 (once, for every thread). */
+static void
+init_libxml2 (void)
 {
-  const char *q = p, *local = p;
-  size_t n = strlen (name);
-
-  while (q < end && *q != '>' && *q != '/' && *q != ' ' && *q != '\t' &&
-         *q != '\r' && *q != '\n') {
-    if (*q == ':')
-      local = q + 1;
-    q++;
-  }
-  *after = q;
-  return (size_t) (q - local) == n && memcmp (local, name, n) == 0 &&
-    q < end;
+  xmlInitParser ();
 }
 
-/* Find the end tag of name from p; returns where it starts, or NULL. */
-static const char *
-find_end_tag (const char *p, const char *end, const char *name,
-              const char **after_end)
+/* libxml2's structured error handler of our contexts: print nothing
+ * (the context keeps the last error).
+ */
+static void
+drop_error (void *opaque, xmlError *error)
 {
-  const char *after;
+  (void) opaque;
+  (void) error;
+}
 
-  while ((p = memchr (p, '<', (size_t) (end - p))) != NULL) {
-    if (p + 1 < end && p[1] == '/' &&
-        tag_matches (p + 2, end, name, &after)) {
-      const char *gt = memchr (after, '>', (size_t) (end - after));
-      if (gt == NULL)
-        return NULL;
-      *after_end = gt + 1;
-      return p;
-    }
-    p++;
+/* Put the reason of a failed parse in why: "line N: libxml2's message". */
+static void
+describe_error (const xmlError *e, char *why, size_t whylen)
+{
+  size_t n;
+
+  if (e == NULL || e->message == NULL) {
+    snprintf (why, whylen, "not well-formed");
+    return;
   }
+  n = strlen (e->message);
+  while (n > 0 && (e->message[n - 1] == '\n' || e->message[n - 1] == ' '))
+    n--;
+  snprintf (why, whylen, "line %d: %.*s", e->line, (int) n, e->message);
+}
+
+/* Parse a reply as XML. */
+xmlDoc *
+xml_parse (const char *data, size_t len, char *why, size_t whylen)
+{
+  xmlParserCtxt *ctxt;
+  xmlDoc *doc;
+
+  pthread_once (&init_once, init_libxml2);
+  if (len > INT_MAX) {
+    snprintf (why, whylen, "%zu bytes, too large", len);
+    return NULL;
+  }
+  ctxt = xmlNewParserCtxt ();
+  if (ctxt == NULL) {
+    snprintf (why, whylen, "out of memory");
+    return NULL;
+  }
+  ctxt->sax->serror = drop_error;
+  doc = xmlCtxtReadMemory (ctxt, data ? data : "", (int) len, NULL, NULL,
+                           XML_OPTIONS);
+  if (doc == NULL)
+    describe_error (xmlCtxtGetLastError (ctxt), why, whylen);
+  xmlFreeParserCtxt (ctxt);
+  return doc;
+}
+
+/* Is n an element whose local name is name?  (An element whose prefix
+ * no xmlns declares keeps "prefix:local" as its name.)
+ */
+static bool
+has_local_name (const xmlNode *n, const char *name)
+{
+  const char *s = (const char *) n->name, *colon;
+
+  if (n->type != XML_ELEMENT_NODE || s == NULL)
+    return false;
+  colon = strrchr (s, ':');
+  return strcmp (colon ? colon + 1 : s, name) == 0;
+}
+
+/* The node after n in document order, below scope; n's children first
+ * if descend.  Only elements and documents are entered: an entity
+ * reference's children belong to its declaration, a DTD's are
+ * declarations.
+ */
+static xmlNode *
+next_node (xmlNode *scope, xmlNode *n, bool descend)
+{
+  if (descend && n->children != NULL &&
+      (n->type == XML_ELEMENT_NODE || n->type == XML_DOCUMENT_NODE ||
+       n->type == XML_HTML_DOCUMENT_NODE))
+    return n->children;
+  for (; n != scope && n != NULL; n = n->parent)
+    if (n->next != NULL)
+      return n->next;
   return NULL;
 }
 
-/* Find the next element. */
-bool
-xml_next (const char **p, const char *end, const char *name,
-          const char **content, size_t *len)
+/* Find the next element named name below scope. */
+xmlNode *
+xml_next (xmlNode *scope, xmlNode *prev, const char *name)
 {
-  const char *q = *p, *after, *gt, *close, *after_end;
+  xmlNode *n;
 
-  while (q < end && (q = memchr (q, '<', (size_t) (end - q))) != NULL) {
-    if (q + 1 < end && q[1] != '/' && tag_matches (q + 1, end, name,
-                                                   &after)) {
-      gt = memchr (after, '>', (size_t) (end - after));
-      if (gt == NULL)
-        return false;
-      if (gt > q && gt[-1] == '/') {      /* <name/> */
-        *content = gt + 1;
-        *len = 0;
-        *p = gt + 1;
-        return true;
-      }
-      close = find_end_tag (gt + 1, end, name, &after_end);
-      if (close == NULL)
-        return false;
-      *content = gt + 1;
-      *len = (size_t) (close - (gt + 1));
-      *p = after_end;
-      return true;
-    }
-    q++;
-  }
-  return false;
+  n = prev ? next_node (scope, prev, false) : next_node (scope, scope, true);
+  for (; n != NULL; n = next_node (scope, n, true))
+    if (has_local_name (n, name))
+      return n;
+  return NULL;
 }
 
-/* Append the UTF-8 encoding of code point c at *q. */
-static void
-put_utf8 (char **q, unsigned long c)
-{
-  char *o = *q;
-
-  if (c < 0x80)
-    *o++ = (char) c;
-  else if (c < 0x800) {
-    *o++ = (char) (0xc0 | c >> 6);
-    *o++ = (char) (0x80 | (c & 0x3f));
-  }
-  else if (c < 0x10000) {
-    *o++ = (char) (0xe0 | c >> 12);
-    *o++ = (char) (0x80 | (c >> 6 & 0x3f));
-    *o++ = (char) (0x80 | (c & 0x3f));
-  }
-  else {
-    *o++ = (char) (0xf0 | (c >> 18 & 0x07));
-    *o++ = (char) (0x80 | (c >> 12 & 0x3f));
-    *o++ = (char) (0x80 | (c >> 6 & 0x3f));
-    *o++ = (char) (0x80 | (c & 0x3f));
-  }
-  *q = o;
-}
-
-/* Decode the entity at *p (just after '&') into *q; false if it is not
- * one we know (then the '&' is kept).
- */
-static bool
-decode_entity (const char **p, const char *end, char **q)
-{
-  static const struct { const char *name; char c; } named[] = {
-    { "amp;", '&' }, { "lt;", '<' }, { "gt;", '>' }, { "quot;", '"' },
-    { "apos;", '\'' },
-  };
-  const char *s = *p;
-  size_t i;
-
-  for (i = 0; i < sizeof named / sizeof named[0]; ++i) {
-    size_t n = strlen (named[i].name);
-    if ((size_t) (end - s) >= n && memcmp (s, named[i].name, n) == 0) {
-      *(*q)++ = named[i].c;
-      *p = s + n;
-      return true;
-    }
-  }
-  if (s < end && *s == '#') {
-    const char *semi = memchr (s, ';', (size_t) (end - s));
-    char *stop;
-    unsigned long c;
-    if (semi == NULL)
-      return false;
-    c = s[1] == 'x' ? strtoul (s + 2, &stop, 16) : strtoul (s + 1, &stop, 10);
-    if (stop != semi || c == 0 || c > 0x10ffff)
-      return false;
-    put_utf8 (q, c);
-    *p = semi + 1;
-    return true;
-  }
-  return false;
-}
-
-/* The decoded text of the first element name. */
+/* The text of the first element name below scope. */
 char *
-xml_text (const char *p, const char *end, const char *name)
+xml_text (xmlNode *scope, const char *name)
 {
-  const char *content, *s, *cend;
-  size_t len;
-  char *out, *q;
+  xmlNode *n = xml_next (scope, NULL, name);
+  xmlChar *content;
+  char *r;
 
-  if (!xml_next (&p, end, name, &content, &len))
+  if (n == NULL)
     return NULL;
-  out = q = malloc (len + 1);
-  if (out == NULL)
+  content = xmlNodeGetContent (n);
+  if (content == NULL)
     return NULL;
-  cend = content + len;
-  for (s = content; s < cend; ) {
-    if (*s == '&') {
-      s++;
-      if (!decode_entity (&s, cend, &q))
-        *q++ = '&';
-    }
-    else
-      *q++ = *s++;
+  r = strdup ((const char *) content);
+  xmlFree (content);
+  return r;
+}
+
+/* The title of an HTML page. */
+char *
+xml_html_title (const char *data, size_t len)
+{
+  htmlParserCtxt *ctxt;
+  htmlDocPtr doc;
+  char *title = NULL;
+
+  pthread_once (&init_once, init_libxml2);
+  if (data == NULL || len == 0 || len > INT_MAX)
+    return NULL;
+  ctxt = htmlNewParserCtxt ();
+  if (ctxt == NULL)
+    return NULL;
+  doc = htmlCtxtReadMemory (ctxt, data, (int) len, NULL, NULL, HTML_OPTIONS);
+  if (doc != NULL) {
+    title = xml_text ((xmlNode *) doc, "title");
+    xmlFreeDoc (doc);
   }
-  *q = '\0';
-  return out;
+  htmlFreeParserCtxt (ctxt);
+  return title;
+}
+
+/* Free a document on scope exit. */
+void
+xml_cleanup_doc (xmlDoc **docp)
+{
+  xmlFreeDoc (*docp);
 }

@@ -8,10 +8,11 @@
  * control socket) lives behind this header.
  *
  * The engine uses only nbdkit_error, nbdkit_debug,
- * nbdkit_absolute_path, nbdkit_parse_size and nbdkit_parse_bool from
- * nbdkit, so it links into unit tests with those stubbed.  The filter's leg 0
- * (the plugin underneath) is reached through struct local_ops, which
- * the filter glue implements on top of nbdkit's next/context API.
+ * nbdkit_absolute_path, nbdkit_parse_size, nbdkit_parse_bool and
+ * nbdkit_parse_uint64_t from nbdkit, so it links into unit tests with
+ * those stubbed.  The filter's leg 0 (the plugin underneath) is
+ * reached through struct local_ops, which the filter glue implements
+ * on top of nbdkit's next/context API.
  *
  * Errors: every function returning int returns 0 on success and -1 on
  * failure.  Data functions set *err to the errno for the client (EIO,

@@ -16,5 +16,7 @@ extern void nbdkit_debug (const char *fs, ...)
 extern char *nbdkit_absolute_path (const char *path);
 extern int64_t nbdkit_parse_size (const char *str);
 extern int nbdkit_parse_bool (const char *str);
+extern int nbdkit_parse_uint64_t (const char *what, const char *str,
+                                  uint64_t *r);
 
 #endif /* REPLICATE_NBDKIT_CALLS_H */

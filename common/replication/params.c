@@ -8,9 +8,13 @@
  * keys.
  *
  * Messages name the parameter as KEY=VALUE, quoted safely
- * (params-text.c).  Numbers are digits only: no sign, no space, no base
- * prefix, no unit where none is expected.  Seconds are parsed with
- * strtod after checking the DIGITS[.DIGITS] form; strtod follows
+ * (params-text.c).  Whole numbers, sizes and booleans are read in
+ * nbdkit's grammar, by nbdkit's own functions in the plugin and filter
+ * (config_use_parsers): a whole number may have white space and '+'
+ * first and be hexadecimal (0x10) or octal (010), as with
+ * nbdkit_parse_unsigned; our messages then give the range.  Seconds
+ * have no nbdkit parser: they are DIGITS[.DIGITS] (no sign, space or
+ * unit), parsed with strtod after checking that form; strtod follows
  * LC_NUMERIC, which is "C" in nbdkit (the server never calls
  * setlocale): other callers must not change LC_NUMERIC either.
  *
@@ -139,14 +143,46 @@ format_size (uint64_t n, char *buf, size_t len)
   return buf;
 }
 
+/* A whole number in nbdkit's grammar, silently: the parser outside
+ * nbdkit (the form config_use_parsers takes).
+ */
+static int
+grammar_number (const char *what, const char *str, uint64_t *r)
+{
+  (void) what;
+  return grammar_parse_unsigned (str, UINT64_MAX, r) == 0 ? 0 : -1;
+}
+
+/* The parsers of whole numbers, sizes and booleans: nbdkit's own once
+ * the plugin or filter has called config_use_parsers (engine_new), the
+ * same grammar from common/utils/grammar.c before that and outside
+ * nbdkit.  Set once, before any parameter is parsed.
+ */
+static int (*number_parser) (const char *what, const char *str,
+                             uint64_t *r) = grammar_number;
+static int (*size_parser) (const char *str, uint64_t *r) = grammar_parse_size;
+static int (*bool_parser) (const char *str) = grammar_parse_bool;
+
+/* Parse whole numbers, sizes and booleans with these from now on. */
+void
+config_use_parsers (int (*number) (const char *what, const char *str,
+                                   uint64_t *r),
+                    int (*size) (const char *str, uint64_t *r),
+                    int (*boolean) (const char *str))
+{
+  number_parser = number;
+  size_parser = size;
+  bool_parser = boolean;
+}
+
 /* Parse KEY=VALUE as a whole number in [min, max]. */
 static int
 parse_number (const char *key, const char *value, uint64_t min, uint64_t max,
               uint64_t *r, char *err, size_t errlen)
 {
-  uint64_t n;
+  uint64_t n = 0;
 
-  if (text_parse_digits (value, strlen (value), &n) == -1)
+  if (number_parser (key, value, &n) == -1)
     return msg_bad_value (err, errlen, key, value,
                           "must be a whole number between %" PRIu64
                           " and %" PRIu64, min, max);
@@ -163,7 +199,7 @@ static int
 set_unsigned (const char *key, const char *value, unsigned min, unsigned max,
               unsigned *dst, char *err, size_t errlen)
 {
-  uint64_t n;
+  uint64_t n = 0;
 
   if (parse_number (key, value, min, max, &n, err, errlen) == -1)
     return -1;
@@ -176,29 +212,12 @@ static int
 set_int (const char *key, const char *value, int max, int *dst,
          char *err, size_t errlen)
 {
-  uint64_t n;
+  uint64_t n = 0;
 
   if (parse_number (key, value, 0, max, &n, err, errlen) == -1)
     return -1;
   *dst = n;
   return 0;
-}
-
-/* The parsers of sizes and booleans: nbdkit's own once the plugin or
- * filter has called config_use_parsers (.load), the same grammar from
- * common/utils/grammar.c before that and outside nbdkit.  Set once,
- * before any parameter is parsed.
- */
-static int (*size_parser) (const char *str, uint64_t *r) = grammar_parse_size;
-static int (*bool_parser) (const char *str) = grammar_parse_bool;
-
-/* Parse sizes and booleans with these from now on. */
-void
-config_use_parsers (int (*size) (const char *str, uint64_t *r),
-                    int (*boolean) (const char *str))
-{
-  size_parser = size;
-  bool_parser = boolean;
 }
 
 /* Parse a size in nbdkit's grammar. */
@@ -340,7 +359,7 @@ static int
 set_quorum (struct config *c, const char *key, const char *value,
             char *err, size_t errlen)
 {
-  uint64_t n;
+  uint64_t n = 0;
 
   c->quorum_given = true;
   if (strcmp (value, "majority") == 0) {
@@ -348,8 +367,7 @@ set_quorum (struct config *c, const char *key, const char *value,
     c->quorum = 0;
     return 0;
   }
-  if (text_parse_digits (value, strlen (value), &n) == -1 ||
-      n < 1 || n > MAX_LEGS)
+  if (number_parser (key, value, &n) == -1 || n < 1 || n > MAX_LEGS)
     return msg_bad_value (err, errlen, key, value,
                           "must be majority or a number of legs between 1 "
                           "and %d", MAX_LEGS);

@@ -129,11 +129,14 @@ extern int config_unix_socket (const char *uri, char *path, size_t len);
  */
 extern int config_parse_size (const char *str, uint64_t *r);
 
-/* Parse sizes and booleans with these (nbdkit's own, wrapped, in the
- * plugin and filter) instead of common/utils/grammar.c.  size returns
- * 0 or -1, boolean 1, 0 or -1.
+/* Parse whole numbers, sizes and booleans with these (nbdkit's own,
+ * nbdkit_parse_uint64_t and the others wrapped, in the plugin and
+ * filter) instead of common/utils/grammar.c.  number and size return 0
+ * or -1, boolean 1, 0 or -1.
  */
-extern void config_use_parsers (int (*size) (const char *str, uint64_t *r),
+extern void config_use_parsers (int (*number) (const char *what,
+                                               const char *str, uint64_t *r),
+                                int (*size) (const char *str, uint64_t *r),
                                 int (*boolean) (const char *str));
 
 /* Parse seconds (non-negative, decimals allowed).  Returns 0 or -1. */

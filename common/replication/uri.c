@@ -1,44 +1,67 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* NBD URIs of legs: checking one, and telling whether two name the same
- * leg (pure; config_check_uri and config_same_leg of params.h).
+/* NBD URIs of legs: checking one, telling whether two name the same
+ * leg, and the socket path of a Unix one (pure; config_check_uri,
+ * config_same_leg and config_unix_socket of params.h).
  *
- * Checking (messages start "replica=URI: ").  The schemes are libnbd's,
- * lowercase: nbd and nbds take [USER@]HOST[:PORT] with HOST a name,
- * IPv4 or [IPv6[%25ZONE]] and PORT 1..65535; nbd+unix and nbds+unix
+ * Splitting is libnbd's.  libnbd (lib/uri.c of 1.14) splits a URI
+ * with libxml2's xmlParseURI, which %-decodes the user, the host and
+ * the path, and splits the raw query itself: a parameter ends at the
+ * next '&', or, if none follows, at the next ';'; name and value are
+ * decoded with xmlURIUnescapeString; "name" alone has the value "",
+ * "=value" is ignored.  We do the same here, so that a URI we take is
+ * one libnbd can parse and its parts are those libnbd uses: "%73ocket"
+ * is socket=, "nbd+unix:///?socket=/a;b=1" is the socket /a,
+ * "nbd://h/%61" and "nbd://h/a" are the same export, and a character
+ * RFC 3986 does not allow ('{', '|', '"' ...), or a vsock port above
+ * INT_MAX (libxml2's limit), is refused.
+ *
+ * Checking (messages start "replica=URI: ") then refuses more than
+ * libnbd does.  The schemes are libnbd's, lowercase, followed by "://"
+ * (libnbd insists on it too).  Whitespace, control characters, a '%'
+ * without two hex digits, "%00" (which libnbd would cut the string at)
+ * and a fragment are refused before or after the split.  nbd and nbds
+ * take [USER@]HOST[:PORT], HOST a name (RFC 3986 unreserved
+ * characters, once decoded), IPv4 or [IPv6[%25ZONE]], PORT up to
+ * 65535, 0 or none meaning 10809 as in libnbd; nbd+unix and nbds+unix
  * take [USER@] (a TLS user name) and otherwise an empty authority, and
- * ?socket=PATH, absolute and at most 107 bytes once %-decoded;
- * nbd+vsock and nbds+vsock take [USER@]CID[:PORT], both 32-bit
- * numbers.  The path is empty, "/" or "/EXPORT".  libnbd's
+ * ?socket=PATH, absolute and at most 107 bytes once decoded, once;
+ * nbd+vsock and nbds+vsock take [USER@]CID[:PORT], the CID decimal and
+ * 32-bit.  An empty user name ("nbd://@h", which
+ * libxml2 2.9 reads as the user "@h") is refused.  libnbd's
  * tls-certificates= and tls-psk-file= must be absolute paths (libnbd
- * opens them at every connection, and nbdkit in the background runs in
- * "/"); other query parameters are libnbd's business.  A fragment,
- * whitespace, control characters and a '%' without two hex digits are
- * refused.
+ * opens them at every connection, and nbdkit in the background runs
+ * in "/"); other query parameters are libnbd's business.  Where
+ * libxml2 refuses a URI, explain_refusal looks at the authority only
+ * to say what is wrong (a port, a bracket); the refusal is libxml2's.
  *
  * Same leg.  Two URIs name the same leg when they have the same
  * transport (TCP, Unix or vsock: nbd and nbds are the same server, one
  * with TLS) and the same export name, and: for TCP the same host
- * (ignoring case) and port (10809 when absent); for vsock the same CID
- * and port; for Unix the same socket= path.  Everything else (user
- * name, other query parameters, "nbd+unix://" against "nbd+unix:///",
- * i.e. an empty path and "/") is ignored.  Strings are compared as
- * written (not %-decoded), and different names of one host (localhost
- * and 127.0.0.1) are not detected.
+ * (ignoring case) and port; for vsock the same CID and port; for Unix
+ * the same socket path.  Everything is compared decoded, as libnbd
+ * uses it.  The user name and other query parameters are ignored, and
+ * different names of one host (localhost and 127.0.0.1) or of one
+ * socket (a symbolic link) are not detected.
  */
 
 #include <config.h>
 
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include <libxml/uri.h>
+#include <libxml/xmlmemory.h>
 
 #include "params.h"
 #include "params-text.h"
 
 #define NBD_DEFAULT_PORT 10809
 #define TCP_PORT_MAX 65535
-#define VSOCK_MAX UINT32_MAX           /* CIDs and vsock ports */
+#define VSOCK_CID_MAX UINT32_MAX
+#define VSOCK_PORT_MAX INT_MAX          /* libxml2 refuses larger ports */
 
 /* The NBD URI schemes, each plain then with TLS: index / 2 is the
  * transport.
@@ -55,17 +78,32 @@ struct span {
   size_t len;
 };
 
-/* What a URI says about where a leg lives. */
+/* What a URI says about where a leg lives, decoded.  The strings
+ * belong to xml or are libxml2 allocations (free with uri_parts_free).
+ */
 struct uri_parts {
   int scheme;                   /* index in schemes[] */
   enum transport transport;
-  struct span host;             /* TCP: a name, IPv4 or [IPv6] */
+  xmlURI *xml;                  /* libxml2's split */
+  struct span authority;        /* as written: after "://" */
+  const char *host;             /* TCP: a name, IPv4 or [IPv6] */
   uint64_t cid;                 /* vsock */
   uint64_t port;                /* TCP and vsock */
-  struct span socket;           /* Unix: socket= value (p NULL if absent) */
-  struct span export;           /* the path without its '/' */
+  char *socket;                 /* Unix: socket=, NULL if absent */
+  struct span socket_raw;       /* socket='s value as written */
+  const char *export;           /* the path without its '/' */
   bool tls_files;               /* tls-certificates= or tls-psk-file= */
 };
+
+/* Free what a parse allocated. */
+static void
+uri_parts_free (struct uri_parts *u)
+{
+  xmlFree (u->socket);
+  xmlFreeURI (u->xml);
+}
+
+#define CLEANUP_URI_PARTS __attribute__ ((cleanup (uri_parts_free)))
 
 /* Is c an unreserved URI character (RFC 3986)? */
 static bool
@@ -99,36 +137,6 @@ find_bad_percent (const char *s)
   return NULL;
 }
 
-/* Value of the hex digit c. */
-static unsigned
-hex_value (char c)
-{
-  if (text_is_digit (c))
-    return c - '0';
-  return (c | 0x20) - 'a' + 10;
-}
-
-/* First byte of a %-encoded (and checked) string, decoded. */
-static unsigned char
-decoded_first (struct span s)
-{
-  if (s.p[0] == '%')
-    return hex_value (s.p[1]) * 16 + hex_value (s.p[2]);
-  return s.p[0];
-}
-
-/* Length of a %-encoded (and checked) string once decoded. */
-static size_t
-decoded_len (struct span s)
-{
-  size_t i, len = s.len;
-
-  for (i = 0; i < s.len; i++)
-    if (s.p[i] == '%')
-      len -= 2;
-  return len;
-}
-
 /* Index of the scheme s[0..len) in schemes[], or -1. */
 static int
 find_scheme (const char *s, size_t len)
@@ -141,15 +149,33 @@ find_scheme (const char *s, size_t len)
   return -1;
 }
 
-/* Is h (brackets included) an IPv6 address, with an optional zone
- * ("%25" and unreserved characters)?  Only the characters are checked.
+/* s[0..len) %-decoded by libxml2, as libnbd decodes query parameters
+ * (a new string, NULL if out of memory).  xmlURIUnescapeString takes a
+ * length of 0 as "up to the NUL", hence the empty case.
+ */
+static char *
+unescape (const char *s, size_t len)
+{
+  if (len == 0)
+    return (char *) xmlStrdup ((const xmlChar *) "");
+  if (len > INT_MAX)
+    return NULL;
+  return xmlURIUnescapeString (s, (int) len, NULL);
+}
+
+/* Is h (decoded, brackets included) an IPv6 address, with an optional
+ * zone ('%' and unreserved characters)?  Only the characters are
+ * checked.
  */
 static bool
-is_ipv6 (struct span h)
+is_ipv6 (const char *h)
 {
-  const char *p = h.p + 1, *end = h.p + h.len - 1;
+  size_t len = strlen (h);
+  const char *p = h + 1, *end = h + len - 1;
   bool colon = false;
 
+  if (len < 2 || h[len - 1] != ']')
+    return false;
   for (; p < end && *p != '%'; p++) {
     if (*p == ':')
       colon = true;
@@ -157,220 +183,240 @@ is_ipv6 (struct span h)
       return false;
   }
   if (p < end) {
-    if (end - p < 4 || strncmp (p, "%25", 3) != 0)
+    if (end - p < 2)
       return false;
-    for (p += 3; p < end; p++)
+    for (p++; p < end; p++)
       if (!is_unreserved (*p))
         return false;
   }
   return colon;
 }
 
-/* Is h a host name or IPv4 address (unreserved characters, %-escapes)? */
+/* Is h (decoded) a host name or IPv4 address (unreserved characters)? */
 static bool
-is_host_name (struct span h)
+is_host_name (const char *h)
 {
-  size_t i;
-
-  for (i = 0; i < h.len; i++)
-    if (!is_unreserved (h.p[i]) && h.p[i] != '%')
+  for (; *h; h++)
+    if (!is_unreserved (*h))
       return false;
   return true;
 }
 
-/* Drop "USER@" from the front of an authority. */
-static int
-strip_userinfo (const char *uri, struct span *a, char *err, size_t errlen)
+/* The part of a string of digits that libxml2 refuses as a port: not
+ * digits, empty, or above INT_MAX?
+ */
+static bool
+is_bad_port_text (struct span p)
 {
-  const char *at = memchr (a->p, '@', a->len);
+  uint64_t n;
 
-  if (at == NULL)
-    return 0;
-  if (at == a->p)
-    return bad_uri (err, errlen, uri, "empty user name before '@'");
-  a->len -= at + 1 - a->p;
-  a->p = at + 1;
-  return 0;
+  return text_parse_digits (p.p, p.len, &n) == -1 || n > INT_MAX;
 }
 
-/* Parse what follows the host: nothing, or ":PORT" in [1, max]. */
-static int
-parse_port (const char *uri, struct span rest, uint64_t max, uint64_t *port,
-            char *err, size_t errlen)
-{
-  *port = NBD_DEFAULT_PORT;
-  if (rest.len == 0)
-    return 0;
-  if (rest.p[0] != ':')
-    return bad_uri (err, errlen, uri, "unexpected '%.*s' after the host",
-                    (int) rest.len, rest.p);
-  if (text_parse_digits (rest.p + 1, rest.len - 1, port) == -1 ||
-      *port < 1 || *port > max)
-    return bad_uri (err, errlen, uri,
-                    "bad port '%.*s' (expected a number from 1 to %" PRIu64
-                    ")", (int) rest.len - 1, rest.p + 1, max);
-  return 0;
-}
-
-/* Parse a TCP authority: [USER@]HOST[:PORT], HOST a name, an IPv4
- * address or an [IPv6] address.
+/* Say why libxml2 refused a URI, from its authority: two '@', a '['
+ * without ']', something after the host, a port it cannot take; or
+ * else that it is not a URI.  Returns -1.
  */
 static int
-parse_tcp_authority (const char *uri, struct span a, struct uri_parts *u,
-                     char *err, size_t errlen)
+explain_refusal (const char *uri, const struct uri_parts *u,
+                 char *err, size_t errlen)
 {
-  const char *end;
+  struct span a = u->authority;
+  const char *end = a.p + a.len, *at = memchr (a.p, '@', a.len);
+  const char *host = at ? at + 1 : a.p, *rest;
 
-  if (strip_userinfo (uri, &a, err, errlen) == -1)
-    return -1;
-  if (a.len > 0 && a.p[0] == '[') {
-    end = memchr (a.p, ']', a.len);
-    if (end == NULL)
+  if (at && memchr (host, '@', end - host))
+    return bad_uri (err, errlen, uri, "more than one '@' in '%.*s'",
+                    (int) a.len, a.p);
+  if (host < end && *host == '[') {
+    rest = memchr (host, ']', end - host);
+    if (rest == NULL)
       return bad_uri (err, errlen, uri, "'[' without ']' in the host");
-    end++;
+    rest++;
   }
   else {
-    end = memchr (a.p, ':', a.len);
-    if (end == NULL)
-      end = a.p + a.len;
+    rest = memchr (host, ':', end - host);
+    if (rest == NULL)
+      rest = end;
   }
-  u->host = (struct span) { a.p, end - a.p };
-  if (u->host.len == 0)
+  if (rest < end && *rest != ':')
+    return bad_uri (err, errlen, uri, "unexpected '%.*s' after the host",
+                    (int) (end - rest), rest);
+  if (rest < end &&
+      is_bad_port_text ((struct span) { rest + 1, end - rest - 1 }))
+    return bad_uri (err, errlen, uri,
+                    "bad port '%.*s' (expected a number from 1 to %d)",
+                    (int) (end - rest - 1), rest + 1,
+                    u->transport == TRANSPORT_VSOCK ? VSOCK_PORT_MAX
+                    : TCP_PORT_MAX);
+  return bad_uri (err, errlen, uri,
+                  "not a URI libnbd can parse (RFC 3986: characters such "
+                  "as < > \" { } | \\ ^ ` must be %%-escaped)");
+}
+
+/* The port of a TCP or vsock URI: 10809 if absent or 0 (libnbd's
+ * rule), else in [1, max].
+ */
+static int
+parse_port (const char *uri, struct uri_parts *u, uint64_t max,
+            char *err, size_t errlen)
+{
+  int port = u->xml->port;
+
+  u->port = port > 0 ? (uint64_t) port : NBD_DEFAULT_PORT;
+  if (u->port > max)
+    return bad_uri (err, errlen, uri,
+                    "bad port '%d' (expected a number from 1 to %" PRIu64
+                    ")", port, max);
+  return 0;
+}
+
+/* Check a TCP URI: HOST a name, an IPv4 address or an [IPv6] address. */
+static int
+check_tcp (const char *uri, struct uri_parts *u, char *err, size_t errlen)
+{
+  u->host = u->xml->server;
+  if (u->host == NULL || u->host[0] == '\0')
     return bad_uri (err, errlen, uri,
                     "no host (expected %s://HOST[:PORT][/EXPORT])",
                     schemes[u->scheme]);
-  if (u->host.p[0] == '[' ? !is_ipv6 (u->host) : !is_host_name (u->host))
-    return bad_uri (err, errlen, uri, "bad host '%.*s'",
-                    (int) u->host.len, u->host.p);
-  return parse_port (uri, (struct span) { end, a.p + a.len - end },
-                     TCP_PORT_MAX, &u->port, err, errlen);
+  if (u->host[0] == '[' ? !is_ipv6 (u->host) : !is_host_name (u->host))
+    return bad_uri (err, errlen, uri, "bad host '%s'", u->host);
+  return parse_port (uri, u, TCP_PORT_MAX, err, errlen);
 }
 
-/* Parse a vsock authority: [USER@]CID[:PORT]. */
+/* Check a vsock URI: a decimal CID. */
 static int
-parse_vsock_authority (const char *uri, struct span a, struct uri_parts *u,
-                       char *err, size_t errlen)
+check_vsock (const char *uri, struct uri_parts *u, char *err, size_t errlen)
 {
-  size_t len;
+  const char *cid = u->xml->server ? u->xml->server : "";
 
-  if (strip_userinfo (uri, &a, err, errlen) == -1)
-    return -1;
-  len = strspn (a.p, DIGITS);     /* the authority ends in a non-digit */
-  if (text_parse_digits (a.p, len, &u->cid) == -1 || u->cid > VSOCK_MAX)
+  if (text_parse_digits (cid, strlen (cid), &u->cid) == -1 ||
+      u->cid > VSOCK_CID_MAX)
     return bad_uri (err, errlen, uri,
                     "bad or missing CID (expected %s://CID[:PORT][/EXPORT] "
                     "with a numeric CID)", schemes[u->scheme]);
-  return parse_port (uri, (struct span) { a.p + len, a.len - len },
-                     VSOCK_MAX, &u->port, err, errlen);
+  return parse_port (uri, u, VSOCK_PORT_MAX, err, errlen);
 }
 
 /* Check a Unix URI: no authority but a user name, and an absolute
  * socket= path that fits in a socket address.
  */
 static int
-check_unix (const char *uri, struct span a, const struct uri_parts *u,
+check_unix (const char *uri, const struct uri_parts *u,
             char *err, size_t errlen)
 {
   const char *scheme = schemes[u->scheme];
+  struct span a = u->authority;
+  const char *at = memchr (a.p, '@', a.len);
 
-  if (strip_userinfo (uri, &a, err, errlen) == -1)
-    return -1;
+  if (at != NULL)
+    a = (struct span) { at + 1, a.p + a.len - (at + 1) };
   if (a.len > 0)
     return bad_uri (err, errlen, uri,
                     "%s takes no host ('%.*s'): expected "
                     "%s://[USER@]/[EXPORT]?socket=PATH", scheme,
                     (int) a.len, a.p, scheme);
-  if (u->socket.p == NULL)
+  if (u->socket == NULL)
     return bad_uri (err, errlen, uri,
                     "no socket (expected %s:///[EXPORT]?socket=PATH)",
                     scheme);
-  if (u->socket.len == 0)
+  if (u->socket[0] == '\0')
     return bad_uri (err, errlen, uri, "socket= is empty");
-  if (decoded_first (u->socket) != '/')
+  if (u->socket[0] != '/')
     return bad_uri (err, errlen, uri,
                     "socket=%.*s is not an absolute path",
-                    (int) u->socket.len, u->socket.p);
-  if (decoded_len (u->socket) > SUN_PATH_MAX)
+                    (int) u->socket_raw.len, u->socket_raw.p);
+  if (strlen (u->socket) > SUN_PATH_MAX)
     return bad_uri (err, errlen, uri,
                     "socket path longer than %zu bytes, the limit of a "
                     "Unix socket path", SUN_PATH_MAX);
   return 0;
 }
 
-/* If the parameter param (its length len) is NAME=VALUE, VALUE. */
+/* Is name one of libnbd's TLS file parameters? */
 static bool
-param_value (const char *param, size_t len, const char *name,
-             struct span *value)
+is_tls_file_param (const char *name)
 {
-  size_t n = strlen (name);
-
-  if (len < n + 1 || strncmp (param, name, n) != 0 || param[n] != '=')
-    return false;
-  *value = (struct span) { param + n + 1, len - n - 1 };
-  return true;
+  return strcmp (name, "tls-certificates") == 0 ||
+    strcmp (name, "tls-psk-file") == 0;
 }
 
-/* Check libnbd's TLS file parameter in param (its length len), if it
- * is one: an absolute path.
+/* Take one query parameter, [p, p + len) as written: socket= and
+ * libnbd's TLS files are checked and kept.
  */
 static int
-check_tls_file (const char *uri, const char *param, size_t len,
-                struct uri_parts *u, char *err, size_t errlen)
+take_param (const char *uri, const char *p, size_t len, struct uri_parts *u,
+            char *err, size_t errlen)
 {
-  static const char *const names[] = { "tls-certificates", "tls-psk-file" };
-  struct span value;
-  size_t i;
+  const char *eq = memchr (p, '=', len);
+  size_t name_len = eq ? (size_t) (eq - p) : len;
+  struct span raw = { eq ? eq + 1 : p + len, eq ? len - name_len - 1 : 0 };
+  char *name, *value;
 
-  for (i = 0; i < ARRAY_SIZE (names); i++)
-    if (param_value (param, len, names[i], &value)) {
-      u->tls_files = true;
-      if (value.len == 0 || decoded_first (value) != '/')
-        return bad_uri (err, errlen, uri,
-                        "%.*s is not an absolute path", (int) len, param);
+  if (len == 0 || eq == p)
+    return 0;                   /* "&&" and "=value": ignored */
+  name = unescape (p, name_len);
+  value = name ? unescape (raw.p, raw.len) : NULL;
+  if (value == NULL) {
+    xmlFree (name);
+    return bad_uri (err, errlen, uri, "out of memory");
+  }
+  if (strcmp (name, "socket") == 0) {
+    xmlFree (name);
+    if (u->transport != TRANSPORT_UNIX || u->socket != NULL) {
+      xmlFree (value);
+      return bad_uri (err, errlen, uri, u->socket ? "socket= given twice"
+                      : "socket= is only for nbd+unix and nbds+unix");
     }
+    u->socket = value;
+    u->socket_raw = raw;
+    return 0;
+  }
+  if (is_tls_file_param (name)) {
+    u->tls_files = true;
+    if (value[0] != '/') {
+      xmlFree (name);
+      xmlFree (value);
+      return bad_uri (err, errlen, uri, "%.*s is not an absolute path",
+                      (int) len, p);
+    }
+  }
+  xmlFree (name);
+  xmlFree (value);
   return 0;
 }
 
-/* Find socket= and libnbd's TLS files in a query (parameters separated
- * by '&').
+/* Take the parameters of the raw query q, split as libnbd splits
+ * them: up to the next '&', or if there is none the next ';'.
  */
 static int
-parse_query (const char *uri, struct span q, struct uri_parts *u,
+parse_query (const char *uri, const char *q, struct uri_parts *u,
              char *err, size_t errlen)
 {
-  const char *p = q.p, *end = q.p + q.len;
-  struct span value;
+  while (q && *q) {
+    const char *end = strchr (q, '&');
 
-  while (p < end) {
-    const char *amp = memchr (p, '&', end - p);
-    size_t len = (amp ? amp : end) - p;
-
-    if (param_value (p, len, "socket", &value)) {
-      if (u->transport != TRANSPORT_UNIX)
-        return bad_uri (err, errlen, uri,
-                        "socket= is only for nbd+unix and nbds+unix");
-      if (u->socket.p != NULL)
-        return bad_uri (err, errlen, uri, "socket= given twice");
-      u->socket = value;
-    }
-    else if (check_tls_file (uri, p, len, u, err, errlen) == -1)
+    if (end == NULL)
+      end = strchr (q, ';');
+    if (end == NULL)
+      end = q + strlen (q);
+    if (take_param (uri, q, end - q, u, err, errlen) == -1)
       return -1;
-    p = amp ? amp + 1 : end;
+    q = *end ? end + 1 : end;
   }
   return 0;
 }
 
-/* Split and check an NBD URI:
- *   SCHEME://AUTHORITY[/EXPORT][?QUERY]
+/* The checks on the URI as written, before libxml2 splits it: the
+ * characters, the scheme and "://", no empty user name.
  */
 static int
-parse_uri (const char *uri, struct uri_parts *u, char *err, size_t errlen)
+check_text (const char *uri, struct uri_parts *u, char *err, size_t errlen)
 {
-  struct span authority, query = { NULL, 0 };
   size_t scheme_len = strcspn (uri, ":/?#");
   const char *p;
 
-  memset (u, 0, sizeof *u);
   if ((p = find_control (uri)) != NULL)
     return bad_uri (err, errlen, uri,
                     "whitespace or control character at offset %td",
@@ -390,30 +436,41 @@ parse_uri (const char *uri, struct uri_parts *u, char *err, size_t errlen)
   u->transport = u->scheme / 2;
   if ((p = find_bad_percent (uri)) != NULL)
     return bad_uri (err, errlen, uri, "bad %%-escape '%.3s'", p);
-
+  if (strstr (uri, "%00") != NULL)
+    return bad_uri (err, errlen, uri, "bad %%-escape '%%00' (a NUL)");
   p = uri + scheme_len + 3;
-  authority = (struct span) { p, strcspn (p, "/?#") };
-  p += authority.len;
-  if (*p == '/') {
-    u->export = (struct span) { p + 1, strcspn (p + 1, "?#") };
-    p += 1 + u->export.len;
-  }
-  if (*p == '?') {
-    query = (struct span) { p + 1, strcspn (p + 1, "#") };
-    p += 1 + query.len;
-  }
-  if (*p == '#')
-    return bad_uri (err, errlen, uri, "unexpected fragment '%s'", p);
-  if (parse_query (uri, query, u, err, errlen) == -1)
-    return -1;
+  u->authority = (struct span) { p, strcspn (p, "/?#") };
+  if (p[0] == '@')
+    return bad_uri (err, errlen, uri, "empty user name before '@'");
+  return 0;
+}
 
+/* Split (with libxml2, as libnbd does) and check an NBD URI:
+ *   SCHEME://AUTHORITY[/EXPORT][?QUERY]
+ * u must be freed with uri_parts_free whatever the result.
+ */
+static int
+parse_uri (const char *uri, struct uri_parts *u, char *err, size_t errlen)
+{
+  memset (u, 0, sizeof *u);
+  if (check_text (uri, u, err, errlen) == -1)
+    return -1;
+  u->xml = xmlParseURI (uri);
+  if (u->xml == NULL)
+    return explain_refusal (uri, u, err, errlen);
+  if (u->xml->fragment != NULL)
+    return bad_uri (err, errlen, uri, "unexpected fragment '%s'",
+                    strchr (uri, '#'));
+  if (parse_query (uri, u->xml->query_raw, u, err, errlen) == -1)
+    return -1;
+  u->export = u->xml->path ? u->xml->path + 1 : "";
   switch (u->transport) {
   case TRANSPORT_TCP:
-    return parse_tcp_authority (uri, authority, u, err, errlen);
+    return check_tcp (uri, u, err, errlen);
   case TRANSPORT_VSOCK:
-    return parse_vsock_authority (uri, authority, u, err, errlen);
+    return check_vsock (uri, u, err, errlen);
   case TRANSPORT_UNIX:
-    return check_unix (uri, authority, u, err, errlen);
+    return check_unix (uri, u, err, errlen);
   }
   abort ();
 }
@@ -422,7 +479,7 @@ parse_uri (const char *uri, struct uri_parts *u, char *err, size_t errlen)
 int
 config_check_uri (const char *uri, char *err, size_t errlen)
 {
-  struct uri_parts u;
+  CLEANUP_URI_PARTS struct uri_parts u = { 0 };
 
   return parse_uri (uri, &u, err, errlen);
 }
@@ -433,37 +490,25 @@ config_check_uri (const char *uri, char *err, size_t errlen)
 bool
 config_uri_names_tls_files (const char *uri)
 {
-  struct uri_parts u;
+  CLEANUP_URI_PARTS struct uri_parts u = { 0 };
 
   parse_uri (uri, &u, NULL, 0);
   return u.tls_files;
-}
-
-/* Are two spans equal (ignoring ASCII case if asked)? */
-static bool
-same_span (struct span a, struct span b, bool ignore_case)
-{
-  if (a.len != b.len)
-    return false;
-  if (a.len == 0)
-    return true;
-  return ignore_case ? strncasecmp (a.p, b.p, a.len) == 0
-    : memcmp (a.p, b.p, a.len) == 0;
 }
 
 /* Do two checked URIs name the same leg (see the note at the top)? */
 static bool
 same_leg (const struct uri_parts *a, const struct uri_parts *b)
 {
-  if (a->transport != b->transport || !same_span (a->export, b->export, false))
+  if (a->transport != b->transport || strcmp (a->export, b->export) != 0)
     return false;
   switch (a->transport) {
   case TRANSPORT_TCP:
-    return same_span (a->host, b->host, true) && a->port == b->port;
+    return strcasecmp (a->host, b->host) == 0 && a->port == b->port;
   case TRANSPORT_VSOCK:
     return a->cid == b->cid && a->port == b->port;
   case TRANSPORT_UNIX:
-    return same_span (a->socket, b->socket, false);
+    return strcmp (a->socket, b->socket) == 0;
   }
   abort ();
 }
@@ -472,19 +517,12 @@ same_leg (const struct uri_parts *a, const struct uri_parts *b)
 int
 config_unix_socket (const char *uri, char *path, size_t len)
 {
-  struct uri_parts u;
-  size_t i = 0, n = 0;
+  CLEANUP_URI_PARTS struct uri_parts u = { 0 };
 
   if (parse_uri (uri, &u, NULL, 0) == -1 || u.transport != TRANSPORT_UNIX ||
-      u.socket.p == NULL || decoded_len (u.socket) >= len)
+      strlen (u.socket) >= len)
     return -1;
-  while (i < u.socket.len) {
-    struct span rest = { u.socket.p + i, u.socket.len - i };
-
-    path[n++] = (char) decoded_first (rest);
-    i += u.socket.p[i] == '%' ? 3 : 1;
-  }
-  path[n] = '\0';
+  strcpy (path, u.socket);
   return 0;
 }
 
@@ -492,7 +530,8 @@ config_unix_socket (const char *uri, char *path, size_t len)
 bool
 config_same_leg (const char *a, const char *b)
 {
-  struct uri_parts ua, ub;
+  CLEANUP_URI_PARTS struct uri_parts ua = { 0 };
+  CLEANUP_URI_PARTS struct uri_parts ub = { 0 };
 
   return parse_uri (a, &ua, NULL, 0) == 0 &&
     parse_uri (b, &ub, NULL, 0) == 0 && same_leg (&ua, &ub);

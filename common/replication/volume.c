@@ -60,7 +60,8 @@ engine_new (enum engine_shape shape)
     return NULL;
   }
   v->shape = shape;
-  config_use_parsers (nbdkit_size, nbdkit_parse_bool);
+  config_use_parsers (nbdkit_parse_uint64_t, nbdkit_size,
+                      nbdkit_parse_bool);
   config_init (&v->cfg, shape == SHAPE_FILTER);
   volume_lock_init (v);
   pthread_cond_init (&v->cond, NULL);
