@@ -24,8 +24,8 @@
  * make check-fuzz builds and runs it (tests/check-fuzz.sh); by hand,
  * keeping the products out of the tree:
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -I. \
- *     -Icommon/utils -Icommon/replication tests/fuzz-meta.c \
- *     common/replication/meta.c common/utils/crc32c.c -o /tmp/fuzz-meta
+ *     -Icommon/utils -Icommon/mdformat common/mdformat/fuzz-meta.c \
+ *     common/mdformat/meta.c common/utils/crc32c.c -o /tmp/fuzz-meta
  *   cp -r tests/fuzz-corpus/fuzz-meta /tmp/corpus-meta
  *   /tmp/fuzz-meta -max_total_time=60 -dict=tests/fuzz-corpus/fuzz-meta.dict \
  *     /tmp/corpus-meta

@@ -22,8 +22,9 @@
  * Locks: u->lock (the start-up handshake, the device information shown
  * in status) and q->lock (the work and finisher lists) are leaves:
  * nothing is taken while they are held, and no ublk lock is held across
- * an engine call or a kernel command.  v->lock is taken only to
- * publish v->ublk (status reads it under v->lock, then takes u->lock).
+ * an engine call or a kernel command.  The engine keeps the frontend's
+ * state (struct engine_frontend): status is called with the volume's
+ * lock held and takes u->lock.
  *
  * Start (ublk_start, last in engine_after_fork: the election, the
  * activity-log recovery and the engine's threads are done).  GET_DEV_INFO
