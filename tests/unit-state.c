@@ -132,7 +132,7 @@ struct move_case {
 static const struct move_case move_cases[] = {
   { U, U, false }, { U, Y, false }, { U, F, true  }, { U, S, true  },
   { U, R, true  },
-  { Y, U, true  }, { Y, Y, false }, { Y, F, true  }, { Y, S, false },
+  { Y, U, true  }, { Y, Y, false }, { Y, F, true  }, { Y, S, true  },
   { Y, R, true  },
   { F, U, true  }, { F, Y, false }, { F, F, false }, { F, S, true  },
   { F, R, true  },
@@ -177,6 +177,7 @@ struct absent_case {
 static const struct absent_case absent_cases[] = {
   { "uptodate fails: its slot turns absent", 0x1, U, F, 2, true, 0x5 },
   { "syncing fails", 0x0, Y, F, 1, true, 0x2 },
+  { "asynchronous leg pulls ahead: absent", 0x0, Y, S, 2, true, 0x4 },
   { "fails without metadata: nothing", 0x0, U, F, 1, false, 0x0 },
   { "fails without a slot", 0x1, U, F, -1, true, 0x1 },
   { "held for a backup", 0x0, U, S, 3, true, 0x8 },

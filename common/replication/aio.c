@@ -144,8 +144,10 @@ start_write (struct volume *v, struct engine_aio *a)
   uint64_t piece = io_max_piece (v), m;
   uint16_t ticket, w;
 
+  /* Asynchronous legs are fed by the synchronous path (io.c). */
   if (cmd->count == 0 ||
-      cmd->offset / piece != (cmd->offset + cmd->count - 1) / piece)
+      cmd->offset / piece != (cmd->offset + cmd->count - 1) / piece ||
+      atomic_load_explicit (&v->async_mask, memory_order_relaxed) != 0)
     return false;
   if (rangelock_trylock (v->rl, &a->hold, cmd->offset, cmd->count) != 1)
     return false;

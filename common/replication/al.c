@@ -38,6 +38,7 @@
 
 #include <config.h>
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,7 @@
 #include "judge.h"
 #include "al.h"
 #include "metaio.h"
+#include "async.h"
 #include "cleanup.h"
 
 #define AL_HOT      (1u << 31)
@@ -385,7 +387,7 @@ commit_locked (struct al *al, uint16_t legs)
 
   pthread_mutex_unlock (&al->lock);
   if (legs == 0)
-    legs = MB_WRITING (membership_load (al->v));
+    legs = volume_sync_legs (al->v, MB_WRITING (membership_load (al->v)));
   failed = write_log (al, legs, nr, errs, epochs);
   refused = failed ? refused_alike (legs, errs) : 0;
   if (!refused)
@@ -442,7 +444,22 @@ al_try_acquire (struct al *al, uint64_t offset, uint64_t count)
   return take_all_hot (al, first, last);
 }
 
-/* Drop the references taken by al_acquire. */
+/* One more reference on extents the caller holds (they are hot, and
+ * cannot cool while it holds them).
+ */
+void
+al_hold (struct al *al, uint64_t offset, uint64_t count)
+{
+  uint64_t first, last, e;
+
+  extent_range (al, offset, count, &first, &last);
+  for (e = first; e <= last; ++e) {
+    assert (atomic_load (&al->state[e]) & AL_HOT);
+    atomic_fetch_add (&al->state[e], 1);
+  }
+}
+
+/* Drop the references taken by al_acquire (or al_hold). */
 void
 al_release (struct al *al, uint64_t offset, uint64_t count)
 {
@@ -543,8 +560,14 @@ al_cool (struct al *al)
   uint32_t nr_cand = collect_candidates (al);
   int err;
 
+  /* The engine's flush ends the asynchronous legs' epochs too, so that
+   * their queued writes let go of the log even when clients never
+   * flush.
+   */
+  async_cut_epochs (v);
   if (nr_cand > 0) {
-    if (judge_flush_legs (v, MB_WRITING (membership_load (v)), &err) == -1 ||
+    if (judge_flush_legs (v, volume_sync_legs (v, MB_WRITING (membership_load (v))),
+                          &err) == -1 ||
         meta_persist_bitmaps (v) == -1)
       nr_cand = 0;              /* nothing is known to be durable */
   }

@@ -32,7 +32,11 @@ extern int al_acquire (struct al *al, uint64_t offset, uint64_t count);
  * already and is now referenced, false if nothing was taken.
  */
 extern bool al_try_acquire (struct al *al, uint64_t offset, uint64_t count);
-/* Drop the references taken by al_acquire or al_try_acquire. */
+/* Take one more reference on every extent of a range the caller holds
+ * (an asynchronous leg's queued write keeps them hot until its flush).
+ */
+extern void al_hold (struct al *al, uint64_t offset, uint64_t count);
+/* Drop the references taken by al_acquire, al_try_acquire or al_hold. */
 extern void al_release (struct al *al, uint64_t offset, uint64_t count);
 
 /* OR the chunks of every hot extent into a bitmap. */

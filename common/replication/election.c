@@ -38,6 +38,18 @@
  *    M members and quorum Q (as recorded), at least M - Q + 1 of them
  *    (all of them when Q = 1, one when M < Q); otherwise wait, then
  *    refuse naming what is missing, unless force=true.
+ * 7. Asynchronous legs (async=URI, DESIGN.md section 14) take no part
+ *    in rules 2 to 6: they are never winners, never waited for, and
+ *    never a split brain (they are never members, and may lag any
+ *    number of generations).  Once the others are decided, each
+ *    reachable one resyncs: incrementally if it owns its slot and
+ *    holds its bm_gen (its bitmap and the activity log cover what it
+ *    lacks), fully otherwise; a new volume's join fully.  When the
+ *    election finds no synchronous leg to start from but asynchronous
+ *    legs are reachable, the refusal names them: prefer=INDEX with
+ *    force=true promotes one (a failover to it), which then stands in
+ *    the election as a synchronous leg (rule 3 still refuses an
+ *    inconsistent one: a leg caught in the middle of catching up).
  */
 
 #include <config.h>
@@ -82,11 +94,25 @@ decide (struct elect_result *out, enum elect_outcome o, const char *fs, ...)
   va_end (ap);
 }
 
-/* Is leg i reachable with a valid superblock? */
+/* Is leg i reachable with a valid superblock (any leg)? */
+static bool
+valid_any (const struct elect_input *in, size_t i)
+{
+  return in->legs[i].reachable && in->legs[i].status == META_OK;
+}
+
+/* Is leg i asynchronous (rule 7: out of rules 2 to 6)? */
+static bool
+is_async (const struct elect_input *in, size_t i)
+{
+  return (in->async & (1u << i)) != 0;
+}
+
+/* Is leg i a synchronous leg, reachable with a valid superblock? */
 static bool
 valid (const struct elect_input *in, size_t i)
 {
-  return in->legs[i].reachable && in->legs[i].status == META_OK;
+  return valid_any (in, i) && !is_async (in, i);
 }
 
 /* Append a list of leg indexes ("0, 2") from a mask. */
@@ -116,7 +142,7 @@ check_one_volume (const struct elect_input *in, struct elect_result *out)
   size_t i;
 
   for (i = 0; i < in->nr_legs; ++i) {
-    if (!valid (in, i))
+    if (!valid_any (in, i))
       continue;
     if (first == -1)
       first = (int) i;
@@ -128,7 +154,7 @@ check_one_volume (const struct elect_input *in, struct elect_result *out)
     return first;
   decide (out, ELECT_REFUSE, "legs belong to different volumes:");
   for (i = 0; i < in->nr_legs; ++i)
-    if (valid (in, i)) {
+    if (valid_any (in, i)) {
       uuid_format (in->legs[i].sb.volume_uuid, u);
       note (out, " leg %zu is in volume %s;", i, u);
     }
@@ -146,7 +172,7 @@ check_distinct_legs (const struct elect_input *in, struct elect_result *out)
 
   for (i = 0; i < in->nr_legs; ++i)
     for (j = i + 1; j < in->nr_legs; ++j)
-      if (valid (in, i) && valid (in, j) &&
+      if (valid_any (in, i) && valid_any (in, j) &&
           memcmp (in->legs[i].sb.leg_uuid, in->legs[j].sb.leg_uuid, 16) == 0) {
         uuid_format (in->legs[i].sb.leg_uuid, u);
         decide (out, ELECT_REFUSE, "leg %zu and leg %zu are the same leg "
@@ -165,6 +191,8 @@ elect_new (const struct elect_input *in, struct elect_result *out)
   size_t i;
 
   for (i = 0; i < in->nr_legs; ++i) {
+    if (is_async (in, i))
+      continue;
     if (!in->legs[i].reachable)
       unreachable |= 1u << i;
     else if (!in->legs[i].all_zero)
@@ -193,6 +221,9 @@ elect_new (const struct elect_input *in, struct elect_result *out)
     out->create = CREATE_COPY;
     for (i = 1; i < in->nr_legs; ++i)
       out->role[i] = ROLE_FULL;
+    if (is_async (in, 0))
+      decide (out, ELECT_REFUSE, "init=copy: leg 0 is asynchronous and "
+              "cannot be the source");
     return;
   case INIT_NONE:
     break;
@@ -398,7 +429,7 @@ check_members (const struct elect_input *in, struct elect_result *out)
   if (present >= need)
     return;
   for (i = 0; i < in->nr_legs; ++i)
-    if (!in->legs[i].reachable)
+    if (!in->legs[i].reachable && !is_async (in, i))
       unreachable |= 1u << i;
   if (!in->final && unreachable) {
     decide (out, ELECT_WAIT, "waiting for legs: ");
@@ -445,6 +476,8 @@ elect_existing (const struct elect_input *in, struct elect_result *out,
       winners |= 1u << i;
   out->outcome = ELECT_EXISTING;
   for (i = 0; i < in->nr_legs; ++i) {
+    if (is_async (in, i))
+      continue;
     if (winners & (1u << i))
       out->role[i] = ROLE_UPTODATE;
     else if (!classify (in, out, i, preferred >= 0))
@@ -453,17 +486,119 @@ elect_existing (const struct elect_input *in, struct elect_result *out,
   check_members (in, out);
 }
 
+static void elect_sync (const struct elect_input *in,
+                        struct elect_result *out);
+
+/* Rule 7: the role of each asynchronous leg once the others are
+ * decided.
+ */
+static void
+classify_async (const struct elect_input *in, struct elect_result *out)
+{
+  const struct superblock *r =
+    out->reference >= 0 ? &in->legs[out->reference].sb : NULL;
+  size_t i;
+
+  for (i = 0; i < in->nr_legs; ++i) {
+    const struct superblock *sb = &in->legs[i].sb;
+    if (!is_async (in, i))
+      continue;
+    if (!in->legs[i].reachable)
+      out->role[i] = ROLE_MISSING;
+    else if (r && valid_any (in, i) && owns_slot (r, sb) &&
+             gen_equal (sb->gen, r->slots[sb->slot].bm_gen))
+      out->role[i] = ROLE_INCREMENTAL;
+    else
+      out->role[i] = ROLE_FULL;
+  }
+}
+
+/* Rule 7: no synchronous leg to start from, but asynchronous legs with
+ * our metadata are reachable: say how to fail over to one.
+ */
+static void
+note_failover (const struct elect_input *in, struct elect_result *out)
+{
+  uint32_t reachable = 0, sync_valid = 0;
+  size_t i;
+
+  for (i = 0; i < in->nr_legs; ++i) {
+    if (is_async (in, i) && valid_any (in, i))
+      reachable |= 1u << i;
+    if (valid (in, i) && !(in->legs[i].sb.flags & SB_INCONSISTENT))
+      sync_valid |= 1u << i;
+  }
+  if (reachable == 0 || sync_valid != 0)
+    return;
+  note (out, "; only asynchronous leg(s) ");
+  note_legs (out, reachable);
+  note (out, " can be reached: to fail over to one (its data is as of its "
+        "lag), start with prefer=INDEX force=true");
+}
+
 /* Elect (see the rules above).  prefer= is used only to resolve a split
  * brain: left on the command line, it must never roll a volume back to
  * an older leg.
  */
 void
-elect (const struct elect_input *in, struct elect_result *out)
+elect (const struct elect_input *in_given, struct elect_result *out)
 {
-  int first;
+  struct elect_input promoted = *in_given;
+  const struct elect_input *in = &promoted;
 
   memset (out, 0, sizeof *out);
   out->reference = -1;
+  out->promoted = -1;
+  /* Rule 7: prefer= with force=true naming an asynchronous leg promotes
+   * it; it is then a synchronous leg like any other.
+   */
+  if (in->prefer >= 0 && is_async (in, (size_t) in->prefer) && in->force) {
+    promoted.async &= (uint16_t) ~(1u << in->prefer);
+    out->promoted = in->prefer;
+  }
+  elect_sync (in, out);
+  if (out->outcome == ELECT_REFUSE || out->outcome == ELECT_WAIT)
+    note_failover (in, out);
+  else
+    classify_async (in, out);
+}
+
+/* Only asynchronous legs hold the volume's metadata: wait for the
+ * synchronous legs, then refuse (the caller says how to fail over).
+ * Returns true if it decided.
+ */
+static bool
+no_sync_metadata (const struct elect_input *in, struct elect_result *out)
+{
+  uint32_t unreachable = 0;
+  size_t i;
+
+  for (i = 0; i < in->nr_legs; ++i) {
+    if (valid (in, i))
+      return false;
+    if (!is_async (in, i) && !in->legs[i].reachable)
+      unreachable |= 1u << i;
+  }
+  if (!in->final && unreachable) {
+    decide (out, ELECT_WAIT, "waiting for legs: ");
+    note_legs (out, unreachable);
+    return true;
+  }
+  decide (out, ELECT_REFUSE, "no synchronous leg holds the volume");
+  if (unreachable) {
+    note (out, " (unreachable: leg(s) ");
+    note_legs (out, unreachable);
+    note (out, ")");
+  }
+  return true;
+}
+
+/* Rules 1 to 6. */
+static void
+elect_sync (const struct elect_input *in, struct elect_result *out)
+{
+  int first;
+
   first = check_one_volume (in, out);
   if (first == -2 || check_distinct_legs (in, out) == -1)
     return;
@@ -471,12 +606,16 @@ elect (const struct elect_input *in, struct elect_result *out)
     elect_new (in, out);
     return;
   }
+  if (no_sync_metadata (in, out))
+    return;
   elect_existing (in, out, -1);
   if (out->split_brain && in->prefer >= 0) {
     char why[sizeof out->message];
+    int promoted = out->promoted;
     memcpy (why, out->message, sizeof why);
     memset (out, 0, sizeof *out);
     out->reference = -1;
+    out->promoted = promoted;
     elect_existing (in, out, in->prefer);
     out->split_brain = out->outcome != ELECT_EXISTING;
     if (out->outcome == ELECT_EXISTING)

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "meta.h"
 #include "params.h"
@@ -27,6 +28,7 @@ struct elect_input {
   bool force;
   int prefer;                   /* -1 = none */
   bool final;                   /* no more waiting: decide now */
+  uint16_t async;               /* asynchronous legs (async=URI) */
 };
 
 enum elect_outcome {
@@ -57,6 +59,8 @@ struct elect_result {
   int reference;                /* a winner: its superblock is the volume's */
   bool forced;                  /* force=true was needed */
   bool split_brain;             /* refused for a split brain */
+  int promoted;                 /* an asynchronous leg prefer= and force=
+                                   made synchronous, or -1 */
   char message[1024];           /* why (refuse, wait) or what (notes) */
 };
 

@@ -70,6 +70,7 @@ struct resync;
 struct verify;
 struct control;
 struct drain_sock;
+struct async_leg;
 
 /* ---- legs ------------------------------------------------------------ */
 
@@ -131,6 +132,17 @@ struct leg {
   const char *uri;          /* NULL for the local leg */
   char *owned_uri;          /* the uri of a leg added at run time */
   bool local;
+  /* An asynchronous leg (async=URI, DESIGN.md section 14): never read,
+   * never counted, fed by its queue (async.c).  Fixed before the leg is
+   * counted in nr_legs (a promotion at start clears it first).
+   */
+  bool async;
+  struct async_leg *aq;     /* its queue, NULL for a synchronous leg */
+  /* Its recovery point (unix seconds): every write queued before it
+   * was flushed on the leg; written as its superblock's mtime
+   * (change_lock).
+   */
+  uint64_t rpo_time;
 
   /* Connections (NBD legs).  Workers enter the issue window with
    * leg_enter, which fails once `open` is cleared; the handles are
@@ -203,6 +215,10 @@ struct volume {
   void *local_opaque;
 
   _Atomic size_t nr_legs;       /* grows with add-leg, never shrinks */
+  /* The asynchronous legs (bits by index): a bit is set before its leg
+   * is counted in nr_legs and never changes afterwards.
+   */
+  _Atomic uint16_t async_mask;
   struct leg legs[MAX_LEGS];
 
   /* Fixed once started. */
@@ -331,6 +347,16 @@ static inline uint64_t
 membership_load (struct volume *v)
 {
   return atomic_load (&v->membership);
+}
+
+/* The synchronous legs among a set (asynchronous legs take writes
+ * through their queues, never in a request's fan-out).
+ */
+static inline uint16_t
+volume_sync_legs (struct volume *v, uint16_t legs)
+{
+  return legs & (uint16_t) ~atomic_load_explicit (&v->async_mask,
+                                                  memory_order_relaxed);
 }
 
 #endif /* REPLICATE_INTERNAL_H */

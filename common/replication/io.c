@@ -8,7 +8,8 @@
  *   3. make the piece's activity-log extents hot (metadata only);
  *   4. read the membership, mark the piece in the bitmaps of absent
  *      slots, give the ticket back;
- *   5. issue to every leg that receives writes, sleep once;
+ *   5. issue to every synchronous leg that receives writes, queue for
+ *      the asynchronous ones (async.c: a copy of the data), sleep once;
  *   6. emulate FUA with a flush where the leg lacks it;
  *   7. judge the answers (judge.c): a refusal every leg returned alike
  *      fails nobody, any other error fails the legs that returned it,
@@ -17,7 +18,8 @@
  *      only once every membership change under way is recorded and the
  *      legs it counted on are still uptodate (judge_acknowledge).
  *
- * The client's buffer goes straight to libnbd: no copy.
+ * The client's buffer goes straight to libnbd: no copy (but for an
+ * asynchronous leg's queue, which must outlive the acknowledgement).
  *
  * Cost on the hot path (a write to hot extents of a healthy volume, each
  * leg answering): steps 3 and 4 are a compare-and-swap per extent and
@@ -39,6 +41,7 @@
 #include "member.h"
 #include "judge.h"
 #include "al.h"
+#include "async.h"
 #include "cleanup.h"
 #include "array.h"
 
@@ -72,6 +75,17 @@ io_mark_absent (struct volume *v, uint16_t absent, uint64_t offset,
   }
 }
 
+/* Step 5 for the asynchronous legs among the writing ones: their
+ * queues (async.c), while the synchronous legs work.  The caller holds
+ * the range lock and the activity-log extents.
+ */
+void
+io_queue_async (struct volume *v, uint16_t async, const struct leg_cmd *cmd)
+{
+  for (; async != 0; async &= async - 1)
+    async_enqueue (v, &v->legs[__builtin_ctz (async)], cmd);
+}
+
 /* Steps 3 to 7 of one piece whose range lock the caller holds (verify
  * repairs under the lock it compared with).  Returns 0 or an errno.
  */
@@ -93,7 +107,7 @@ io_write_locked (struct volume *v, const struct leg_cmd *cmd,
   ticket = membership_enter_write (v, &m);
   io_mark_absent (v, MB_ABSENT (m), cmd->offset, cmd->count);
   membership_leave_write (v, ticket);
-  writing = MB_WRITING (m);
+  writing = volume_sync_legs (v, MB_WRITING (m));
   uptodate = MB_UPTODATE (m);
 
   *counted = 0;
@@ -103,6 +117,7 @@ io_write_locked (struct volume *v, const struct leg_cmd *cmd,
     ioreq_init (&r, v);
     for (w = writing; w != 0; w &= w - 1)
       ioreq_submit (&r, &v->legs[__builtin_ctz (w)], cmd);
+    io_queue_async (v, MB_WRITING (m) & ~writing, cmd);
     ioreq_wait_fua (&r);
     err = judge_write (v, &r, writing, uptodate, "write", counted);
     ioreq_destroy (&r);
@@ -197,11 +212,15 @@ engine_trim (struct volume *v, uint32_t count, uint64_t offset,
                       (flags & ENGINE_FLAG_FUA) | ENGINE_FLAG_MAY_TRIM, err);
 }
 
-/* Client flush: every leg that receives writes. */
+/* Client flush: every synchronous leg that receives writes; the
+ * asynchronous legs' epochs end here (they flush in their own time).
+ */
 int
 engine_flush (struct volume *v, int *err)
 {
-  return judge_flush_legs (v, MB_WRITING (membership_load (v)), err);
+  async_cut_epochs (v);
+  return judge_flush_legs (v, volume_sync_legs (v, MB_WRITING (membership_load (v))),
+                           err);
 }
 
 /* Choose the leg for a read among candidates. */

@@ -16,6 +16,11 @@
 extern int io_write_locked (struct volume *v, const struct leg_cmd *cmd,
                             uint16_t *counted);
 
+/* Queue cmd for the asynchronous legs in async (range lock and
+ * activity-log extents held).
+ */
+extern void io_queue_async (struct volume *v, uint16_t async,
+                            const struct leg_cmd *cmd);
 /* Largest piece a write-like request is cut into. */
 extern uint64_t io_max_piece (struct volume *v);
 

@@ -238,6 +238,25 @@ meta_load_bitmap (struct volume *v, unsigned slot, uint16_t legs)
   return 0;
 }
 
+/* Drop the generations of the history that are not older than the
+ * superblock's own (an asynchronous leg holds an older generation than
+ * the volume's, and a history runs strictly downwards from it).
+ */
+static void
+keep_older_history (struct superblock *sb)
+{
+  uint32_t i, skip = 0;
+
+  while (skip < sb->history_len &&
+         sb->history[skip].counter >= sb->gen.counter)
+    skip++;
+  for (i = 0; i + skip < sb->history_len; ++i)
+    sb->history[i] = sb->history[i + skip];
+  for (; i < sb->history_len; ++i)
+    sb->history[i] = (struct gen) { 0, 0 };
+  sb->history_len -= skip;
+}
+
 /* Build leg l's superblock: the common one with its own fields. */
 static void
 sb_for_leg (struct volume *v, struct leg *l, struct superblock *sb)
@@ -248,8 +267,16 @@ sb_for_leg (struct volume *v, struct leg *l, struct superblock *sb)
   sb->seq = l->sb_seq + 1;
   sb->mtime = (uint64_t) time (NULL);
   sb->flags = l->inconsistent ? SB_INCONSISTENT : 0;
-  if (l->inconsistent)
+  /* An asynchronous leg always holds the generation its slot's bitmap
+   * counts from (its bm_gen): never the volume's, which it may lag.
+   */
+  if (l->inconsistent || l->async)
     sb->gen = l->gen;
+  if (l->async) {
+    keep_older_history (sb);
+    if (l->rpo_time)
+      sb->mtime = l->rpo_time;
+  }
 }
 
 /* Write superblocks to legs.  Returns the legs that failed, with their
@@ -589,10 +616,12 @@ write_bitmaps (struct volume *v, uint16_t legs, bool all)
   return failed;
 }
 
-/* Write the dirty bitmap pages to every leg receiving writes: the
- * uptodate legs and the syncing ones, so that a leg finishing its
- * resync, which got every page once (meta_write_all_bitmaps), misses
- * none written after that.  Returns 0 if an uptodate leg took them.
+/* Write the dirty bitmap pages to every synchronous leg receiving
+ * writes: the uptodate legs and the syncing ones, so that a leg
+ * finishing its resync, which got every page once
+ * (meta_write_all_bitmaps), misses none written after that.  An
+ * asynchronous leg gets none: it is never a source, and a failover to
+ * it rebuilds the others fully.  Returns 0 if an uptodate leg took them.
  */
 int
 meta_persist_bitmaps (struct volume *v)
@@ -603,7 +632,7 @@ meta_persist_bitmaps (struct volume *v)
 
   if (!v->metadata)
     return 0;
-  failed = write_bitmaps (v, MB_WRITING (m), false);
+  failed = write_bitmaps (v, volume_sync_legs (v, MB_WRITING (m)), false);
   for (i = 0; i < v->nr_legs; ++i)
     if (failed & (1u << i))
       volume_fail_leg (v, &v->legs[i], EPOCH_ANY, "bitmap write failed");

@@ -40,6 +40,7 @@
 #include "member.h"
 #include "metaio.h"
 #include "resync.h"
+#include "async.h"
 #include "al.h"
 #include "random.h"
 #include "cleanup.h"
@@ -446,7 +447,11 @@ next_action (struct volume *v, struct leg *l, uint64_t now)
   case LEG_FAILED:
     return now >= l->next_attempt_ns ? A_RECONNECT : A_NONE;
   case LEG_STALE:
-    return MB_UPTODATE (membership_load (v)) && !l->held ? A_RESYNC : A_NONE;
+    /* An asynchronous leg catches up only once nothing it was sent
+     * before it fell behind is still on its way (async.c).
+     */
+    return MB_UPTODATE (membership_load (v)) && !l->held &&
+      (l->aq == NULL || async_idle (l->aq)) ? A_RESYNC : A_NONE;
   default:
     return A_NONE;
   }

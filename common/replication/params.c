@@ -48,6 +48,8 @@
 #define UBLK_ID_MAX 1048575
 #define UBLK_QUEUES_MAX 64
 #define UBLK_DEPTH_MAX 4096
+#define ASYNC_BUFFER_MIN (1024 * 1024)
+#define ASYNC_BUFFER_DEFAULT (64 * 1024 * 1024)
 
 /* The keys.  A key's index is its bit in struct config's seen. */
 enum key {
@@ -55,7 +57,7 @@ enum key {
   KEY_CONTROL, KEY_CHUNK, KEY_MAX_LEGS, KEY_AL_EXTENT, KEY_AL_EXTENTS,
   KEY_RESYNC_RATE, KEY_RESYNC_MIN_RATE, KEY_VERIFY_RATE, KEY_INIT, KEY_WAIT, KEY_FORCE,
   KEY_PREFER, KEY_METADATA, KEY_UBLK, KEY_UBLK_QUEUES, KEY_UBLK_DEPTH,
-  KEY_UBLK_KEEP, KEY_SCHED,
+  KEY_UBLK_KEEP, KEY_SCHED, KEY_ASYNC, KEY_ASYNC_BUFFER, KEY_ASYNC_FULL,
   /* The TLS keys, together (config_set_tls). */
   KEY_TLS, KEY_TLS_CERTIFICATES, KEY_TLS_VERIFY, KEY_TLS_USERNAME, KEY_TLS_PSK,
   NR_KEYS
@@ -87,6 +89,9 @@ static const char *const key_names[NR_KEYS] = {
   [KEY_UBLK_DEPTH] = "ublk-depth",
   [KEY_UBLK_KEEP] = "ublk-keep",
   [KEY_SCHED] = "sched",
+  [KEY_ASYNC] = "async",
+  [KEY_ASYNC_BUFFER] = "async-buffer",
+  [KEY_ASYNC_FULL] = "async-full",
   [KEY_TLS] = "tls",
   [KEY_TLS_CERTIFICATES] = "tls-certificates",
   [KEY_TLS_VERIFY] = "tls-verify",
@@ -111,6 +116,11 @@ static const char *const init_names[] = {
 static const char *const metadata_names[] = {
   [METADATA_INTERNAL] = "internal",
   [METADATA_NONE] = "none",
+};
+
+static const char *const async_full_names[] = {
+  [ASYNC_FULL_PULL_AHEAD] = "pull-ahead",
+  [ASYNC_FULL_BLOCK] = "block",
 };
 
 static const char *const sched_names[] = {
@@ -383,11 +393,14 @@ leg_index (const struct config *c, size_t i)
   return i + c->local_leg0;
 }
 
-/* Add replica=URI as the next leg. */
+/* Add replica=URI (or async=URI: an asynchronous leg) as the next
+ * leg.
+ */
 static int
-add_replica (struct config *c, const char *value, char *err, size_t errlen)
+add_replica (struct config *c, enum key k, const char *value, char *err,
+             size_t errlen)
 {
-  const char *key = key_names[KEY_REPLICA];
+  const char *key = key_names[k];
   size_t i;
 
   if (config_check_uri (value, err, errlen) == -1)
@@ -402,6 +415,8 @@ add_replica (struct config *c, const char *value, char *err, size_t errlen)
                             "duplicate leg: leg %zu is the same as leg %zu "
                             "(%s)", leg_index (c, c->nr_uris),
                             leg_index (c, i), c->uris[i]);
+  if (k == KEY_ASYNC)
+    c->async_legs |= (uint16_t) (1u << leg_index (c, c->nr_uris));
   c->uris[c->nr_uris++] = value;
   return 0;
 }
@@ -474,7 +489,21 @@ set_key (struct config *c, enum key k, const char *key, const char *value,
 
   switch (k) {
   case KEY_REPLICA:
-    return add_replica (c, value, err, errlen);
+  case KEY_ASYNC:
+    return add_replica (c, k, value, err, errlen);
+  case KEY_ASYNC_BUFFER:
+    if (set_size (key, value, &c->async_buffer, err, errlen) == -1)
+      return -1;
+    if (c->async_buffer < ASYNC_BUFFER_MIN)
+      return msg_bad_value (err, errlen, key, value, "must be at least 1M");
+    return 0;
+  case KEY_ASYNC_FULL:
+    i = parse_choice (key, value, async_full_names, 0,
+                      ARRAY_SIZE (async_full_names), err, errlen);
+    if (i == -1)
+      return -1;
+    c->async_full = i;
+    return 0;
   case KEY_CONNECTIONS:
     return set_unsigned (key, value, 1, CONNECTIONS_MAX, &c->connections,
                          err, errlen);
@@ -581,6 +610,8 @@ config_init (struct config *c, bool local_leg0)
   c->ublk_id = -1;
   c->ublk_queues = 1;
   c->ublk_depth = 128;
+  c->async_buffer = ASYNC_BUFFER_DEFAULT;
+  c->async_full = ASYNC_FULL_PULL_AHEAD;
   config_tls_init (&c->tls);
 }
 
@@ -618,7 +649,7 @@ config_set (struct config *c, const char *key, const char *value,
   msg_clear (err, errlen);
   if (k == -1)
     return 1;
-  if (k != KEY_REPLICA && (c->seen & key_bit (k)) != 0) {
+  if (k != KEY_REPLICA && k != KEY_ASYNC && (c->seen & key_bit (k)) != 0) {
     msg_fail (err, errlen, "%s given twice: %s=", key, key);
     msg_append_quoted (err, errlen, value);
     return -1;
@@ -655,7 +686,7 @@ adjust_defaults (struct config *c)
 int
 config_check (struct config *c, char *err, size_t errlen)
 {
-  size_t legs = config_nr_legs (c);
+  size_t legs = config_nr_legs (c), sync = config_nr_sync_legs (c);
   char a[32], b[32];
 
   msg_clear (err, errlen);
@@ -667,16 +698,34 @@ config_check (struct config *c, char *err, size_t errlen)
     return msg_fail (err, errlen,
                      "max-legs=%u is smaller than the number of legs (%zu)",
                      c->max_legs, legs);
-  if (c->quorum_majority)
-    c->quorum = legs / 2 + 1;
-  if (c->quorum > legs)
+  if (legs > 0 && sync == 0)
     return msg_fail (err, errlen,
-                     "quorum=%u is larger than the number of legs (%zu)",
-                     c->quorum, legs);
+                     "every leg is asynchronous (async=URI): give at least "
+                     "one replica=URI");
+  /* Asynchronous legs never count for quorum (DESIGN.md section 14). */
+  if (c->quorum_majority)
+    c->quorum = sync / 2 + 1;
+  if (c->quorum > sync)
+    return msg_fail (err, errlen,
+                     "quorum=%u is larger than the number of %slegs (%zu)",
+                     c->quorum, c->async_legs ? "synchronous " : "", sync);
+  if (c->async_legs != 0 && c->metadata == METADATA_NONE)
+    return msg_fail (err, errlen, "async=URI needs metadata=internal (an "
+                     "asynchronous leg that falls behind records what it "
+                     "missed in its bitmap)");
+  if (c->async_legs == 0 &&
+      (given (c, KEY_ASYNC_BUFFER) || given (c, KEY_ASYNC_FULL)))
+    return msg_fail (err, errlen, "%s is given without async=URI",
+                     given (c, KEY_ASYNC_BUFFER) ? "async-buffer"
+                     : "async-full");
   if (c->prefer >= 0 && (size_t) c->prefer >= legs)
     return msg_fail (err, errlen,
                      "prefer=%d is not a leg (the legs are 0 to %zu)",
                      c->prefer, legs - 1);
+  if (c->prefer >= 0 && (c->async_legs & (1u << c->prefer)) && !c->force)
+    return msg_fail (err, errlen,
+                     "prefer=%d names an asynchronous leg: promoting it "
+                     "(a failover to it) needs force=true", c->prefer);
   if (c->al_extent < c->chunk)
     return msg_fail (err, errlen, "al-extent=%s is smaller than chunk=%s",
                      format_size (c->al_extent, a, sizeof a),
@@ -702,6 +751,14 @@ config_nr_legs (const struct config *c)
   return c->nr_uris + c->local_leg0;
 }
 
+/* Number of synchronous legs (the local one included). */
+size_t
+config_nr_sync_legs (const struct config *c)
+{
+  return config_nr_legs (c) -
+    (size_t) __builtin_popcount ((unsigned) c->async_legs);
+}
+
 /* names[i], or "unknown" if i is out of range. */
 static const char *
 name_of (const char *const *names, size_t n, int i)
@@ -714,6 +771,13 @@ const char *
 read_policy_name (enum read_policy p)
 {
   return name_of (read_names, ARRAY_SIZE (read_names), p);
+}
+
+/* The async-full= spelling of f. */
+const char *
+async_full_name (enum async_full f)
+{
+  return name_of (async_full_names, ARRAY_SIZE (async_full_names), f);
 }
 
 /* The init= spelling of m ("none" for the default). */

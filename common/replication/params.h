@@ -22,6 +22,8 @@ enum read_policy { READ_LEAST_BUSY, READ_ROUND_ROBIN, READ_FIRST };
 enum init_mode { INIT_NONE, INIT_COPY, INIT_ZERO, INIT_ASSUME_CLEAN };
 enum metadata_mode { METADATA_INTERNAL, METADATA_NONE };
 enum sched_mode { SCHED_MODE_AUTO, SCHED_MODE_KEEP };
+/* What a write does when an asynchronous leg's buffer is full. */
+enum async_full { ASYNC_FULL_PULL_AHEAD, ASYNC_FULL_BLOCK };
 
 /* TLS to the NBD legs, named as nbdkit-nbd-plugin's parameters (tls.c
  * applies them to a libnbd handle).  The modes are libnbd's
@@ -43,6 +45,9 @@ struct config {
   const char *uris[MAX_LEGS];   /* NBD legs in command-line order */
   size_t nr_uris;
   bool local_leg0;              /* filter shape: leg 0 is the plugin below */
+  uint16_t async_legs;          /* legs given as async=URI (by index) */
+  uint64_t async_buffer;        /* bytes waiting per asynchronous leg */
+  enum async_full async_full;
 
   unsigned connections;         /* libnbd handles per NBD leg */
   unsigned quorum;              /* 0 = majority, resolved by config_check */
@@ -106,6 +111,9 @@ extern int config_check (struct config *c, char *err, size_t errlen);
 /* Total number of legs (the local one included). */
 extern size_t config_nr_legs (const struct config *c);
 
+/* Number of synchronous legs (async=URI legs not counted). */
+extern size_t config_nr_sync_legs (const struct config *c);
+
 /* Check that an NBD URI is well formed enough to be a leg.  Returns 0
  * or -1 with a message saying what is wrong.
  */
@@ -145,9 +153,13 @@ extern int config_parse_seconds (const char *str, double *r);
 /* Names for status and messages. */
 extern const char *read_policy_name (enum read_policy p);
 extern const char *init_mode_name (enum init_mode m);
+extern const char *async_full_name (enum async_full f);
 
 #define CONFIG_HELP \
   "replica=URI                NBD URI of a leg (repeatable; bare URIs work).\n" \
+  "async=URI                  NBD URI of an asynchronous leg (repeatable).\n" \
+  "async-buffer=SIZE          Data waiting per asynchronous leg (default 64M).\n" \
+  "async-full=pull-ahead|block  When that buffer is full (default pull-ahead).\n" \
   "connections=N              libnbd connections per NBD leg (default 4).\n" \
   "quorum=N|majority          Up-to-date legs needed to accept writes (default 1).\n" \
   "read=least-busy|round-robin|first  Which leg serves reads.\n" \

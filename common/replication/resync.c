@@ -67,6 +67,7 @@
 #include "copy.h"
 #include "metaio.h"
 #include "al.h"
+#include "async.h"
 #include "random.h"
 #include "cleanup.h"
 #include "array.h"
@@ -653,16 +654,54 @@ prepare_target (struct resync *rs)
   return r;
 }
 
-/* Step 2: the target receives writes from now on. */
+/* Step 2: the target receives writes from now on (an asynchronous
+ * one through its queue, which starts queueing again first).
+ */
 static void
 start_receiving_writes (struct resync *rs)
 {
   struct volume *v = rs->v;
   struct leg *l = rs->target;
+
+  if (l->aq)
+    async_resume (l->aq);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
 
   leg_set_state (v, l, LEG_SYNCING, rs->full ? "full resync started"
                  : "incremental resync started");
+}
+
+/* Step 4 for an asynchronous target, which never becomes uptodate:
+ * once everything queued for it up to now is flushed (so that it holds
+ * the volume as at some flush again), its inconsistent flag is cleared
+ * on its superblock, with the generation its slot's bitmap counts from.
+ * It stays syncing: replicating.  Returns -1 if it failed.
+ */
+static int
+finish_async (struct resync *rs)
+{
+  struct volume *v = rs->v;
+  struct leg *l = rs->target;
+  int r = 0;
+
+  if (checkpoint (rs) == -1)
+    return -1;
+  if (async_drain (l->aq) == -1)
+    return -1;
+  pthread_mutex_lock (&v->change_lock);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    if (l->state == LEG_SYNCING)
+      l->inconsistent = false;
+    else
+      r = -1;
+  }
+  if (r == 0 && v->metadata && meta_write_sb (v, 1u << l->index, NULL) != 0)
+    r = -1;
+  pthread_mutex_unlock (&v->change_lock);
+  if (r == -1 && atomic_load (&l->state) == LEG_SYNCING)
+    volume_fail_leg (v, l, EPOCH_ANY, "cannot clear the inconsistent flag");
+  return r;
 }
 
 /* Step 4: record the target as uptodate.  Returns -1 if it failed. */
@@ -761,6 +800,7 @@ resync_thread (void *arg)
   struct resync *rs = arg;
   struct volume *v = rs->v;
   char name[160];
+  bool done = false;
 
   leg_name (rs->target, name, sizeof name);
   if (open_conns (rs->target, rs->dst_conns) == -1 ||
@@ -768,7 +808,8 @@ resync_thread (void *arg)
     goto done;
   start_receiving_writes (rs);
   atomic_store (&rs->total_bytes, bytes_to_copy (rs));
-  if (v->al && al_write_to (v->al, 1u << rs->target->index) != 0) {
+  if (v->al && !rs->target->async &&
+      al_write_to (v->al, 1u << rs->target->index) != 0) {
     volume_fail_leg (v, rs->target, EPOCH_ANY, "activity log write failed");
     goto done;
   }
@@ -788,15 +829,18 @@ resync_thread (void *arg)
       break;
   }
   if (!must_stop (rs) && bitmap_next_set (rs->bm, 0) >= rs->bm->nr_bits &&
-      finish (rs) == 0) {
+      (rs->target->async ? finish_async (rs) : finish (rs)) == 0) {
+    done = true;
     record_summary (rs);
     nbdkit_debug ("%s: resync done, %" PRIu64 " bytes copied in %.1fs",
                   name, rs->target->last_resync.bytes,
                   rs->target->last_resync.seconds);
   }
  done:
+  if (rs->target->aq)
+    async_caught_up (rs->target->aq);
   close_conns (rs);
-  if (!atomic_load (&v->stopping) && !atomic_load (&rs->cancel))
+  if (!done && !atomic_load (&v->stopping) && !atomic_load (&rs->cancel))
     give_up (rs);
   atomic_store (&rs->finished, true);
   volume_wake_monitor (v);

@@ -46,6 +46,7 @@
 #include "metaio.h"
 #include "copy.h"
 #include "al.h"
+#include "async.h"
 #include "random.h"
 #include "cleanup.h"
 
@@ -214,6 +215,31 @@ examine_leg (struct volume *v, size_t i, struct elect_leg *el)
     el->all_zero = reads_as_zero (l);
 }
 
+/* A failover: the asynchronous leg prefer= and force=true named is
+ * synchronous from now on (DESIGN.md section 14).  Say how far behind
+ * it is: its superblock's mtime is its recovery point, the time of the
+ * newest write it held flushed when it was last written (async.c).
+ */
+static void
+promote (struct volume *v, struct leg *l, const struct superblock *sb)
+{
+  char name[160];
+  time_t rpo = (time_t) sb->mtime;
+  char when[64] = "an unknown time";
+  struct tm tm;
+
+  if (rpo > 0 && gmtime_r (&rpo, &tm))
+    strftime (when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  nbdkit_error ("failover: %s, an asynchronous leg, is promoted "
+                "(prefer=%u force=true): the volume is served as it holds "
+                "it, every write up to %s (%.0f s before this start) and "
+                "possibly some later ones; the other legs are rebuilt "
+                "from it when they return",
+                leg_name (l, name, sizeof name), l->index, when,
+                rpo > 0 ? difftime (time (NULL), rpo) : 0.0);
+  async_promote_leg (v, l);
+}
+
 /* Open legs and elect, waiting up to wait= while the election asks for
  * more legs.  Returns 0 with the result, or -1 after nbdkit_error.
  */
@@ -230,6 +256,7 @@ open_and_elect (struct volume *v, struct elect_input *in,
   in->init = v->cfg.init;
   in->force = v->cfg.force;
   in->prefer = v->cfg.prefer;
+  in->async = atomic_load (&v->async_mask);
   for (;;) {
     uint16_t now_open;
 
@@ -258,6 +285,8 @@ open_and_elect (struct volume *v, struct elect_input *in,
   }
   if (res->message[0])
     nbdkit_debug ("election: %s", res->message);
+  if (res->promoted >= 0)
+    promote (v, &v->legs[res->promoted], &in->legs[res->promoted].sb);
   return 0;
 }
 

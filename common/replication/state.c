@@ -46,6 +46,7 @@ leg_state_name (enum leg_state s)
  *   stale    -> failed     the resync could not start or gave up
  *   syncing  -> uptodate   the resync is done
  *   syncing  -> failed     an error, or the operator (nbdrep fail)
+ *   syncing  -> stale      an asynchronous leg falls behind (async.c)
  *   uptodate -> failed     an error, or the operator
  *   uptodate -> stale      held out as a backup's source
  *   any      -> removed    the operator (nbdrep remove)
@@ -61,7 +62,8 @@ leg_move_allowed (enum leg_state from, enum leg_state to)
   case LEG_STALE:
     return to == LEG_SYNCING || to == LEG_FAILED || to == LEG_REMOVED;
   case LEG_SYNCING:
-    return to == LEG_UPTODATE || to == LEG_FAILED || to == LEG_REMOVED;
+    return to == LEG_UPTODATE || to == LEG_FAILED || to == LEG_STALE ||
+      to == LEG_REMOVED;
   case LEG_UPTODATE:
     return to == LEG_FAILED || to == LEG_STALE || to == LEG_REMOVED;
   case LEG_REMOVED:

@@ -9,6 +9,7 @@
 #include <config.h>
 
 #include <stdio.h>
+#include <string.h>
 
 #include <jansson.h>
 
@@ -18,6 +19,7 @@
 #include "control.h"
 #include "resync.h"
 #include "al.h"
+#include "async.h"
 #include "verify.h"
 #include "backup.h"
 #include "random.h"
@@ -77,6 +79,51 @@ last_resync_json (const struct leg *l)
                     "bytes", (json_int_t) l->last_resync.bytes,
                     "zeroed", (json_int_t) l->last_resync.zeroed,
                     "seconds", l->last_resync.seconds);
+}
+
+/* The state word of an asynchronous leg (DESIGN.md section 14). */
+static const char *
+async_state_name (struct leg *l)
+{
+  switch (atomic_load (&l->state)) {
+  case LEG_SYNCING:
+    return l->resync || l->inconsistent ? "catching-up" : "replicating";
+  case LEG_STALE:
+    return "behind";
+  default:
+    return "failed";
+  }
+}
+
+/* The "async" object of an asynchronous leg, or null.  v->lock held.
+ * While the leg is behind or catching up, what its bitmap says it
+ * lacks counts in its lag, and it is not consistent.
+ */
+static json_t *
+async_json (struct volume *v, struct leg *l)
+{
+  struct async_status st;
+  const char *state;
+  uint64_t lag;
+
+  if (l->aq == NULL)
+    return json_null ();
+  async_get_status (l->aq, &st);
+  state = async_state_name (l);
+  lag = st.lag_bytes;
+  if (strcmp (state, "replicating") != 0 && l->slot >= 0 &&
+      v->bitmaps[l->slot] != NULL)
+    lag += bitmap_count (v->bitmaps[l->slot]) * (uint64_t) v->cfg.chunk;
+  return json_pack ("{s:s, s:I, s:f, s:I, s:I, s:s, s:b, s:I}",
+                    "state", state,
+                    "lag_bytes", (json_int_t) lag,
+                    "lag_seconds", st.lag_seconds,
+                    "buffer_used", (json_int_t) st.buffer_used,
+                    "buffer_size", (json_int_t) v->cfg.async_buffer,
+                    "full", async_full_name (v->cfg.async_full),
+                    "consistent", !l->inconsistent &&
+                                  strcmp (state, "failed") != 0,
+                    "pull_aheads", (json_int_t) st.pull_aheads);
 }
 
 /* Average latency of a leg's requests in microseconds. */
@@ -172,11 +219,13 @@ leg_json (struct volume *v, struct leg *l)
   json_object_set_new (j, "latency_us", json_real (latency_us (l)));
   json_object_set_new (j, "latency", latency_hist_json (l));
   json_object_set_new (j, "size", json_integer ((json_int_t) l->caps.size));
-  (void) v;
+  json_object_set_new (j, "async", async_json (v, l));
   return j;
 }
 
-/* Legs the volume should have: all but the removed ones. */
+/* Uptodate legs the volume should have: the synchronous ones not
+ * removed (an asynchronous leg is never uptodate).
+ */
 static unsigned
 expected_legs (struct volume *v)
 {
@@ -184,7 +233,7 @@ expected_legs (struct volume *v)
   size_t i;
 
   for (i = 0; i < v->nr_legs; ++i)
-    if (atomic_load (&v->legs[i].state) != LEG_REMOVED)
+    if (atomic_load (&v->legs[i].state) != LEG_REMOVED && !v->legs[i].async)
       n++;
   return n;
 }

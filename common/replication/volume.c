@@ -21,6 +21,7 @@
 #include <libnbd.h>
 
 #include "internal.h"
+#include "async.h"
 #include "caps.h"
 #include "state.h"
 #include "drain.h"
@@ -83,6 +84,7 @@ engine_free (struct volume *v)
     free (v->legs[i].sb_buf);
     free (v->legs[i].al_buf);
     free (v->legs[i].owned_uri);
+    async_free (v->legs[i].aq);
     drain_free (&v->legs[i]);
     pthread_mutex_destroy (&v->legs[i].conns_lock);
     pthread_mutex_destroy (&v->legs[i].life_lock);
@@ -179,8 +181,33 @@ engine_config_complete (struct volume *v)
     l->local = v->cfg.local_leg0 && i == 0;
     l->uri = l->local ? NULL : v->cfg.uris[nbd++];
     leg_init_state (l, LEG_FAILED);
+    if ((v->cfg.async_legs & (1u << i)) && async_make_leg (v, l) == -1)
+      return -1;
   }
   return 0;
+}
+
+/* Start the sender of every asynchronous leg. */
+static int
+start_async_senders (struct volume *v)
+{
+  size_t i;
+
+  for (i = 0; i < v->nr_legs; ++i)
+    if (v->legs[i].aq && async_start (v->legs[i].aq) == -1)
+      return -1;
+  return 0;
+}
+
+/* Stop the senders, each after flushing what it can within timeout=. */
+static void
+stop_async_senders (struct volume *v)
+{
+  size_t i;
+
+  for (i = 0; i < v->nr_legs; ++i)
+    if (v->legs[i].aq)
+      async_stop (v->legs[i].aq, v->cfg.timeout);
 }
 
 /* The filter's leg 0. */
@@ -227,6 +254,8 @@ engine_after_fork (struct volume *v)
 {
   if (poller_start (v->poller) == -1)
     return -1;
+  if (start_async_senders (v) == -1)
+    return -1;
   if (v->al && al_start (v->al) == -1)
     return -1;
   if (monitor_start (v) == -1)
@@ -268,13 +297,16 @@ engine_stop (struct volume *v)
     control_stop (v);
   verify_shutdown (v);
   monitor_stop (v);
+  async_cut_epochs (v);
+  stop_async_senders (v);
   if (v->al) {
     al_stop (v->al);
     if (v->threads_running)
       drain_activity_log (v);
   }
   else if (v->threads_running)
-    judge_flush_legs (v, MB_WRITING (membership_load (v)), &err);
+    judge_flush_legs (v, volume_sync_legs (v, MB_WRITING (membership_load (v))),
+                      &err);
   for (i = 0; i < v->nr_legs; ++i)
     leg_close (&v->legs[i]);
   if (v->poller)
