@@ -3,11 +3,11 @@
 #
 # check-layers.py MAP OBJDIR: check the engine's layering (MAP:
 # common/replication/layers.txt, which says the rule) against what its
-# objects in OBJDIR (libreplication_la-FILE.o) define and use, read with
-# nm.  Fails, naming the functions, on a call from a file to a file of a
-# higher layer, on a cycle of calls inside a layer not marked "cycles",
-# and on an object the map does not place (or a file it names that has
-# no object).  Prints the layers and their calls when it passes.
+# objects in OBJDIR (FOLDER/.libs/libFOLDER_la-FILE.o) define and use,
+# read with nm.  Fails, naming the functions, on a call from a file to a
+# file of a higher layer, on a cycle of calls inside a layer not marked
+# "cycles", and on an object the map does not place (or a file it names
+# that has no object).  Prints the layers and their calls when it passes.
 
 import collections
 import glob
@@ -16,7 +16,6 @@ import re
 import subprocess
 import sys
 
-PREFIX = 'libreplication_la-'
 
 
 def read_map(path):
@@ -38,11 +37,11 @@ def read_map(path):
 def read_objects(objdir):
     """(defined symbol -> file, file -> symbols it uses)."""
     defs, uses = {}, {}
-    objs = sorted(glob.glob(os.path.join(objdir, PREFIX + '*.o')))
+    objs = sorted(glob.glob(os.path.join(objdir, '*', '.libs', 'lib*_la-*.o')))
     if not objs:
-        sys.exit('no %s*.o in %s: build the engine first' % (PREFIX, objdir))
+        sys.exit('no objects in %s: build the engine first' % objdir)
     for obj in objs:
-        name = os.path.basename(obj)[len(PREFIX):-2]
+        name = os.path.basename(obj).split('_la-', 1)[1][:-2]
         out = subprocess.run(['nm', obj], capture_output=True, text=True,
                              check=True).stdout
         uses[name] = set()

@@ -14,4 +14,4 @@ requires python3 --version
 
 python3 "$abs_top_srcdir/tests/check-layers.py" \
   "$abs_top_srcdir/common/replication/layers.txt" \
-  "$abs_top_builddir/common/replication/.libs"
+  "$abs_top_builddir/common/replication"
