@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit test of the pure state and errno decisions
- * (common/replication/state.c).
+ * (common/replication/pure/state.c).
  *
  * - leg_state_name: the exact status words of DESIGN.md section 3 for
  *   every state, and "unknown" for a value out of range.

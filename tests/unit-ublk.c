@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of the ublk frontend's pure decisions
- * (common/replication/ublk-map.c).
+ * (common/replication/pure/ublk-map.c).
  *
  * derive_cases: the engine's limits -> the device's parameters (block
  * shifts, request and discard limits, size, flags), or the message.

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Unit test of the wire (common/replication/wire.c): NBD's
+/* Unit test of the wire (common/replication/transport/wire.c): NBD's
  * transmission phase on a socket.
  *
  * One end of a socketpair is the client's wire, the test plays the
