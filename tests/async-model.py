@@ -22,6 +22,15 @@
 
   async-model.py final LOG IMAGE
       IMAGE must be the volume after every logged write.
+
+  async-model.py order LOG SERVERLOG SIZE
+      SERVERLOG is the log of nbdkit's log filter on the asynchronous
+      leg's server: no write of epoch e may reach the server before every
+      write of the epochs before e has been answered and a flush started
+      after that has been answered (the rule that makes the leg
+      crash-consistent even where its server reorders or loses unflushed
+      writes).  Requests at or past SIZE (metadata) are not the
+      client's; writes that match no logged write are ignored.
 """
 
 import json
@@ -164,6 +173,69 @@ def cmd_final(log, image):
     return 0
 
 
+def server_events(serverlog):
+    """(kind, key, offset, count, done) for every Write and Flush line of
+    an nbdkit log filter's log, in order."""
+    import re
+    pat = re.compile(r"connection=(\d+) (\.\.\.)?(Write|Flush) id=(\d+)"
+                     r"(?: offset=0x([0-9a-f]+) count=0x([0-9a-f]+))?")
+    with open(serverlog) as f:
+        for line in f:
+            m = pat.search(line)
+            if not m:
+                continue
+            conn, done, kind, rid, off, cnt = m.groups()
+            yield (kind, (conn, rid), int(off or "0", 16),
+                   int(cnt or "0", 16), done is not None)
+
+
+def cmd_order(log, serverlog, size):
+    writes, flushes = read_log(log)
+    by_range = {}
+    per_epoch = [0] * (flushes + 1)
+    for i, (offset, length, _, epoch) in enumerate(writes):
+        by_range.setdefault((offset, length), []).append(i)
+        per_epoch[epoch] += 1
+    completed = [0] * (flushes + 1)
+    started = {}                    # server key -> client write index
+    flush_snap = {}                 # server key -> epochs complete at start
+    durable = -1                    # every epoch up to this one flushed
+    matched = 0
+
+    def complete_prefix():
+        e = -1
+        while e + 1 <= flushes and completed[e + 1] == per_epoch[e + 1]:
+            e += 1
+        return e
+
+    for kind, key, offset, count, done in server_events(serverlog):
+        if kind == "Flush":
+            if not done:
+                flush_snap[key] = complete_prefix()
+            elif key in flush_snap:
+                durable = max(durable, flush_snap.pop(key))
+            continue
+        if done:
+            i = started.pop(key, None)
+            if i is not None:
+                completed[writes[i][3]] += 1
+            continue
+        if offset >= size or not by_range.get((offset, count)):
+            continue
+        i = by_range[(offset, count)].pop(0)
+        epoch = writes[i][3]
+        if epoch - 1 > durable:
+            print("write %d (epoch %d) reached the server before epoch %d "
+                  "was answered and flushed (flushed up to epoch %d)"
+                  % (i, epoch, epoch - 1, durable))
+            return 1
+        started[key] = i
+        matched += 1
+    print("%d writes reached the server in epoch order (%d logged)"
+          % (matched, len(writes)))
+    return 0 if matched > 0 else 1
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "write":
@@ -173,6 +245,8 @@ def main():
         return cmd_check(sys.argv[2], sys.argv[3:])
     if cmd == "final":
         return cmd_final(sys.argv[2], sys.argv[3])
+    if cmd == "order":
+        return cmd_order(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     sys.exit("usage: see the module note")
 
 

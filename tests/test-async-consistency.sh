@@ -8,8 +8,10 @@
 # is frozen (pause filter), its data area copied and the copy checked
 # against the model of the volume (async-model.py: the state at some
 # client flush plus some later writes of the next epoch, overlapping
-# writes in order).  Then a flush, and once the leg has caught up it
-# holds every write.
+# writes in order).  The leg's server logs every request (log filter):
+# no write may reach it before the epochs before its own were answered
+# and flushed.  Then a flush, and once the leg has caught up it holds
+# every write.
 
 source ./functions.sh
 set -euo pipefail
@@ -28,7 +30,8 @@ model="$abs_top_srcdir/tests/async-model.py"
 
 start_replica 0 32M
 start_replica 1 32M
-start_replica 2 32M -- --filter=pause --filter=delay pause-control="$pause" \
+start_replica 2 32M -- --filter=log --filter=pause --filter=delay \
+  logfile="$tmpdir/r2-requests.log" pause-control="$pause" \
   delay-write=5ms delay-zero=5ms
 start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" async="$r2_uri" \
   async-full=block control="$ctl"
@@ -49,6 +52,7 @@ for n in 1 2 3 4 5; do
 done
 wait "$writer"
 python3 "$model" check "$log" "${images[@]}"
+python3 "$model" order "$log" "$tmpdir/r2-requests.log" "$size"
 status_check "$ctl" 'leg(2)["async"]["pull_aheads"] == 0'
 
 # Caught up: after a flush the leg holds every write.
