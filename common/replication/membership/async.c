@@ -51,7 +51,7 @@
  * before it marks (leave_receiving).
  *
  * A leg that fails (an error or a timeout of the sender's requests)
- * goes through volume_fail_leg, which ORs the hot extents into its
+ * goes through member_fail_leg, which ORs the hot extents into its
  * bitmap; the sender then drops what is queued and unflushed the same
  * way, and waits until the leg receives writes again (async_resume).
  *
@@ -266,7 +266,7 @@ leave_receiving (struct async_leg *aq, const char *why)
    */
   if (atomic_load (&l->state) != LEG_SYNCING)
     return;
-  leg_set_state (v, l, LEG_STALE, why);
+  member_set_state (v, l, LEG_STALE, why);
 }
 
 /* Start dropping: take the queue (to be marked by the caller once the
@@ -301,7 +301,7 @@ pull_ahead (struct async_leg *aq, struct aentry *dropped)
                 leg_name (aq->l, name, sizeof name));
   leave_receiving (aq, "asynchronous buffer full: pulled ahead");
   drop_list (aq, dropped);
-  volume_wake_monitor (aq->v);
+  member_wake_monitor (aq->v);
 }
 
 /* Mark a write that is not queued, making sure the leg is out first. */
@@ -490,7 +490,7 @@ flush_leg (struct async_leg *aq)
 {
   static const struct leg_cmd flush = { .op = OP_FLUSH };
 
-  return leg_sync_io (aq->l, &flush);
+  return ioreq_sync_io (aq->l, &flush);
 }
 
 /* The batch was answered: its data may go (the ranges stay held until
@@ -554,7 +554,7 @@ write_recovery_point (struct async_leg *aq, uint64_t newest_ns)
   age = now > newest_ns ? (now - newest_ns) / 1000000000ULL : 0;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
   l->rpo_time = (uint64_t) time (NULL) - age;
-  failed = meta_write_sb (v, (uint16_t) (1u << l->index), NULL);
+  failed = metaio_write_sb (v, (uint16_t) (1u << l->index), NULL);
   return failed ? -1 : 0;
 }
 
@@ -577,7 +577,7 @@ sender_failed_locked (struct async_leg *aq, struct aentry **batch, size_t n,
   unflushed = alist_take (&aq->unflushed);
   pthread_mutex_unlock (&aq->lock);
 
-  volume_fail_leg (aq->v, aq->l, EPOCH_ANY, "asynchronous write failed: %s",
+  member_fail_leg (aq->v, aq->l, EPOCH_ANY, "asynchronous write failed: %s",
                    strerror (err));
   for (i = 0; i < n; ++i) {
     mark_and_release (aq, batch[i]);
@@ -616,7 +616,7 @@ sender (void *arg)
     n = take_batch (aq, batch, &marker);
     if (n == 0 && !flush_due_locked (aq, marker)) {
       if (aq->dropping && aq->unflushed.head == NULL)
-        volume_wake_monitor (aq->v);    /* idle: catching up may start */
+        member_wake_monitor (aq->v);    /* idle: catching up may start */
       if (!marker)
         pthread_cond_wait (&aq->work, &aq->lock);
       continue;
