@@ -14,12 +14,12 @@
  * range lock, so the legs it goes to and the bitmaps it marks always
  * agree.  Changes are made under v->lock and published with one store.
  *
- * One funnel: a leg's state changes only through leg_set_state
+ * One funnel: a leg's state changes only through member_set_state
  * (member.c), which checks the move against the transition table
- * (leg_move_allowed, state.c), recomputes the word from the legs and
+ * (state_move_allowed, state.c), recomputes the word from the legs and
  * publishes it; the absent slots that belong to no leg (the backup's
  * tracker, the slots an election found absent) change only through
- * membership_set_absent.  leg_init_state sets the state a leg starts
+ * member_set_absent.  member_init_state sets the state a leg starts
  * in, before anything else can see it.  Nothing else stores l->state
  * or publishes the word, so the word always mirrors the legs.
  *
@@ -31,7 +31,7 @@
  *     keeps as last_error or sends as a control reply (leg_open,
  *     monitor_examine_leg, config_check ...);
  *   - an errno (0 for success) for one request to legs and its judging
- *     (leg_sync_io, ioreq_leg_error, judge_write, judge_acknowledge);
+ *     (ioreq_sync_io, ioreq_leg_error, judge_write, judge_acknowledge);
  *   - -1 with *err set to the client's errno on the data path
  *     (engine_pread ... and the io_* pieces they are made of), as
  *     nbdkit's own .pread and friends return.
@@ -161,7 +161,7 @@ struct leg {
   bool drain_untracked;                 /* one could not be kept */
   bool orphans_said;                    /* logged at start (start.c) */
 
-  /* Written only by leg_set_state (under v->lock) and leg_init_state;
+  /* Written only by member_set_state (under v->lock) and member_init_state;
    * also read without the lock.
    */
   _Atomic (enum leg_state) state;

@@ -129,11 +129,11 @@ claim_tracker (struct volume *v)
     return s;
   for (i = 0; i < v->sb.max_legs; ++i)
     if (!(v->sb.slots[i].flags & SLOT_ASSIGNED)) {
-      if (volume_alloc_bitmap (v, i) == -1)
+      if (member_alloc_bitmap (v, i) == -1)
         return -1;
       nbdkit_debug ("backup: slot %u tracks changed blocks", i);
       ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-      membership_set_absent (v, MB_ABSENT (membership_load (v)) | (1u << i),
+      member_set_absent (v, MB_ABSENT (membership_load (v)) | (1u << i),
                              "the backup's tracker slot");
       return (int) i;
     }
@@ -169,7 +169,7 @@ start_period (struct volume *v, struct backup *b, int s, const char *base,
     bitmap_clear_all (t);
     memcpy (slot->uuid, token, 16);
     slot->flags = SLOT_ASSIGNED | SLOT_TRACKER;
-    meta_set_bm_gen (v, (unsigned) s,
+    metaio_set_bm_gen (v, (unsigned) s,
                      (struct gen) { v->sb.gen.counter, random_u64 () });
   }
   return 0;
@@ -236,7 +236,7 @@ static int
 hold_leg (struct volume *v, struct leg *l)
 {
   static const struct leg_cmd flush = { .op = OP_FLUSH };
-  int e = leg_sync_io (l, &flush);
+  int e = ioreq_sync_io (l, &flush);
 
   if (e != 0)
     return e;
@@ -244,9 +244,9 @@ hold_leg (struct volume *v, struct leg *l)
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
     l->held = true;
     l->want_full = false;
-    leg_set_state (v, l, LEG_STALE, "held as a backup's source");
+    member_set_state (v, l, LEG_STALE, "held as a backup's source");
   }
-  meta_record_absent (v, l, true, true);
+  metaio_record_absent (v, l, true, true);
   return 0;
 }
 
@@ -258,7 +258,7 @@ release_leg (struct volume *v, struct leg *l)
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
     l->held = false;
   }
-  volume_wake_monitor (v);
+  member_wake_monitor (v);
 }
 
 /* Steps of backup_begin under change_lock, writes kept out.  A leg
@@ -280,7 +280,7 @@ begin_locked (struct volume *v, struct backup *b, const char *base,
     b->held = NULL;
     *why_live = "flushing the leg to hold failed (the leg was failed)";
   }
-  if (v->metadata && meta_bump (v) == -1) {
+  if (v->metadata && metaio_bump (v) == -1) {
     nbdkit_error ("backup: no uptodate leg took the new generation");
     return -1;
   }
@@ -339,14 +339,14 @@ backup_begin (struct volume *v, const char *base, unsigned hold_seconds,
   b->hold = hold_seconds;
   random_bytes (token, sizeof token);
   hex16 (token, b->token);
-  volume_change_begin (v);
+  member_change_begin (v);
   pthread_mutex_lock (&v->change_lock);
   r = begin_locked (v, b, base, token, &why_live, &unflushed, &flush_err);
   pthread_mutex_unlock (&v->change_lock);
-  volume_change_end (v);
+  member_change_end (v);
   rangelock_unlock (v->rl, &hold);
   if (unflushed)
-    volume_fail_leg (v, unflushed, EPOCH_ANY, "flush failed: %s",
+    member_fail_leg (v, unflushed, EPOCH_ANY, "flush failed: %s",
                      strerror (flush_err));
   if (r == -1) {
     if (b->held)
@@ -388,9 +388,9 @@ finish (struct volume *v, bool done, const char *name)
     }
     else
       restore_period (v, b);
-    if (!done && meta_persist_bitmaps (v) == -1)
+    if (!done && metaio_persist_bitmaps (v) == -1)
       nbdkit_error ("backup: cannot write the changed-block map");
-    if (meta_bump (v) == -1)
+    if (metaio_bump (v) == -1)
       nbdkit_error ("backup: no uptodate leg took the new generation");
   }
   if (b->held)
@@ -487,7 +487,7 @@ backup_yield_tracker_slot (struct volume *v)
     memset (&v->sb.slots[s], 0, sizeof v->sb.slots[s]);
   }
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-  membership_set_absent (v, MB_ABSENT (membership_load (v)) & ~(1u << s),
+  member_set_absent (v, MB_ABSENT (membership_load (v)) & ~(1u << s),
                          "the tracker's slot given to a new leg");
   return s;
 }

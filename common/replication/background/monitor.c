@@ -88,7 +88,7 @@ judge_sb_locked (struct volume *v, struct leg *l, const struct superblock *sb,
     l->slot = (int) sb->slot;
     pthread_mutex_unlock (&v->lock);
     if (!l->inconsistent && (slot->flags & SLOT_MEMBER) &&
-        (gen_equal (sb->gen, v->sb.gen) || meta_gen_unrecorded (v, sb->gen)))
+        (gen_equal (sb->gen, v->sb.gen) || metaio_gen_unrecorded (v, sb->gen)))
       return V_UPTODATE;
     if (gen_equal (sb->gen, slot->bm_gen))
       return V_INCREMENTAL;
@@ -117,7 +117,7 @@ judge_returning_leg (struct volume *v, struct leg *l, char *why, size_t len)
               PRIu64, l->caps.size, v->size + v->layout.md_size);
     return V_REFUSE;
   }
-  if (meta_read_sb (l, &sb, &st, why, len) == -1)
+  if (metaio_read_sb (l, &sb, &st, why, len) == -1)
     return V_UNREACHABLE;
   if (st != META_OK)
     return V_FULL;              /* blank or damaged: rebuild it */
@@ -161,9 +161,9 @@ rejoin_uptodate (struct volume *v, struct leg *l)
 
   if (v->metadata &&
       (al_write_to (v->al, bit) != 0 ||
-       meta_write_all_bitmaps (v, bit) != 0))
+       metaio_write_all_bitmaps (v, bit) != 0))
     return -1;
-  volume_change_begin (v);
+  member_change_begin (v);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
     {
@@ -172,13 +172,13 @@ rejoin_uptodate (struct volume *v, struct leg *l)
       if (moved) {
         l->backoff = 0;
         l->last_error[0] = '\0';
-        leg_set_state (v, l, LEG_UPTODATE, "back, holding the generation");
+        member_set_state (v, l, LEG_UPTODATE, "back, holding the generation");
       }
     }
     if (moved && v->metadata)
-      meta_bump (v);
+      metaio_bump (v);
   }
-  volume_change_end (v);
+  member_change_end (v);
   return moved ? 0 : -1;
 }
 
@@ -273,7 +273,7 @@ monitor_examine_leg (struct volume *v, struct leg *l, char *err, size_t len)
   if (old_connections_open (v, l, err, len))
     return V_UNREACHABLE;
   if (leg_open (l, 0, &refused, err, len) == -1 || leg_attach (l) == -1 ||
-      (v->metadata && meta_alloc_leg (v, l) == -1)) {
+      (v->metadata && metaio_alloc_leg (v, l) == -1)) {
     leg_close (l);
     return refused ? V_REFUSE : V_UNREACHABLE;
   }
@@ -286,7 +286,7 @@ monitor_examine_leg (struct volume *v, struct leg *l, char *err, size_t len)
   if (verdict == V_REFUSE || verdict == V_UNREACHABLE)
     leg_close (l);
   else if (v->metadata)
-    meta_learn_al_seq (l);
+    metaio_learn_al_seq (l);
   return verdict;
 }
 
@@ -315,7 +315,7 @@ monitor_apply_verdict (struct volume *v, struct leg *l, enum verdict verdict)
   l->want_full = verdict == V_FULL || l->force_full;
   l->force_full = false;
   l->last_error[0] = '\0';
-  leg_set_state (v, l, LEG_STALE, l->want_full ? "back, needs a full resync"
+  member_set_state (v, l, LEG_STALE, l->want_full ? "back, needs a full resync"
                  : "back, needs an incremental resync");
   return 0;
 }
@@ -430,7 +430,7 @@ start_resync (struct volume *v, struct leg *l)
     return;
   nbdkit_error ("%s: cannot start a resync", leg_name (l, name, sizeof name));
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-  leg_set_state (v, l, LEG_FAILED, "cannot start a resync");
+  member_set_state (v, l, LEG_FAILED, "cannot start a resync");
   leg_back_off_locked (l);
 }
 
@@ -526,7 +526,7 @@ check_connections (struct volume *v)
       continue;
     pthread_mutex_unlock (&v->lock);
     if (connection_lost (l))
-      volume_fail_leg (v, l, epoch, "connection to the server lost");
+      member_fail_leg (v, l, epoch, "connection to the server lost");
     pthread_mutex_lock (&v->lock);
   }
 }
@@ -579,7 +579,7 @@ monitor_stop (struct volume *v)
 
   atomic_store (&v->stopping, true);
   if (v->monitor_running) {
-    volume_wake_monitor (v);
+    member_wake_monitor (v);
     pthread_join (v->monitor, NULL);
     v->monitor_running = false;
   }

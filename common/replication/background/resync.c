@@ -87,7 +87,7 @@ int replicate_debug_checkpoint_pause = 0;   /* exported by the .syms */
 /* -D replicate.finish_pause=MS: the end of a resync waits MS
  * milliseconds between writing every bitmap page to its target and
  * publishing the target as uptodate, the window in which a page written
- * meanwhile must still reach it (meta_persist_bitmaps writes to the
+ * meanwhile must still reach it (metaio_persist_bitmaps writes to the
  * syncing legs too).  For tests only (test-safety-join-bitmap.sh).
  */
 int replicate_debug_finish_pause = 0;       /* exported by the .syms */
@@ -326,10 +326,10 @@ checkpoint (struct resync *rs)
   rs->last_checkpoint_ns = now_ns ();
   pthread_mutex_unlock (&rs->lock);
 
-  e = leg_sync_io (rs->target, &flush);
+  e = ioreq_sync_io (rs->target, &flush);
   if (e != 0) {
     free (runs);
-    volume_fail_leg (v, rs->target, EPOCH_ANY,
+    member_fail_leg (v, rs->target, EPOCH_ANY,
                      "flush during resync failed: %s",
                      strerror (e));
     return -1;
@@ -339,7 +339,7 @@ checkpoint (struct resync *rs)
   clear_copied (rs, runs, nr);
   free (runs);
   if (v->metadata)
-    meta_persist_bitmaps (v);
+    metaio_persist_bitmaps (v);
   return 0;
 }
 
@@ -404,14 +404,14 @@ copy_run (struct resync *rs, unsigned lane, const struct run *run,
     pthread_mutex_lock (&rs->lock);
     rs->source_failed = true;
     pthread_mutex_unlock (&rs->lock);
-    volume_fail_leg (v, src.leg, EPOCH_ANY, "read during resync failed: %s",
+    member_fail_leg (v, src.leg, EPOCH_ANY, "read during resync failed: %s",
                      strerror (cr.err));
   }
   else {
     pthread_mutex_lock (&rs->lock);
     rs->target_failed = true;
     pthread_mutex_unlock (&rs->lock);
-    volume_fail_leg (v, dst.leg, EPOCH_ANY, "write during resync failed: %s",
+    member_fail_leg (v, dst.leg, EPOCH_ANY, "write during resync failed: %s",
                      strerror (cr.err));
   }
   return -1;
@@ -502,7 +502,7 @@ open_conns (struct leg *l, struct conn **conns)
     return 0;
   for (i = 0; i < LANES; ++i) {
     conns[i] = conn_connect (l, l->v->cfg.timeout, NULL, err, sizeof err);
-    if (conns[i] == NULL || conn_attach (conns[i], l->v->poller) == -1) {
+    if (conns[i] == NULL || poller_attach (conns[i], l->v->poller) == -1) {
       leg_set_error (l, "resync connection: %s", err);
       return -1;
     }
@@ -607,9 +607,9 @@ claim_target (struct resync *rs)
     if (l->slot < 0)
       l->slot = (int) l->index;
   }
-  else if (assign_slot (v, l) == -1 || meta_alloc_leg (v, l) == -1)
+  else if (assign_slot (v, l) == -1 || metaio_alloc_leg (v, l) == -1)
     return -1;
-  if (volume_alloc_bitmap (v, (unsigned) l->slot) == -1)
+  if (member_alloc_bitmap (v, (unsigned) l->slot) == -1)
     return -1;
   rs->bm = v->bitmaps[l->slot];
   if (rs->full)
@@ -618,11 +618,11 @@ claim_target (struct resync *rs)
     return 0;
   if (rs->full) {
     l->gen = v->sb.gen;
-    meta_set_bm_gen (v, (unsigned) l->slot, l->gen);
+    metaio_set_bm_gen (v, (unsigned) l->slot, l->gen);
     v->sb.slots[l->slot].flags &= ~SLOT_MEMBER;
   }
   l->inconsistent = true;
-  if (meta_write_sb (v, 1u << l->index, NULL) != 0) {
+  if (metaio_write_sb (v, 1u << l->index, NULL) != 0) {
     leg_set_error (l, "cannot mark the leg inconsistent");
     return -1;
   }
@@ -643,13 +643,13 @@ prepare_target (struct resync *rs)
   pthread_mutex_unlock (&v->change_lock);
   if (r == -1 || !v->metadata)
     return r;
-  if (meta_persist_bitmaps (v) == -1)
+  if (metaio_persist_bitmaps (v) == -1)
     return -1;
-  volume_change_begin (v);
+  member_change_begin (v);
   pthread_mutex_lock (&v->change_lock);
-  r = meta_bump (v);
+  r = metaio_bump (v);
   pthread_mutex_unlock (&v->change_lock);
-  volume_change_end (v);
+  member_change_end (v);
   return r;
 }
 
@@ -661,7 +661,7 @@ start_receiving_writes (struct resync *rs)
   struct leg *l = rs->target;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
 
-  leg_set_state (v, l, LEG_SYNCING, rs->full ? "full resync started"
+  member_set_state (v, l, LEG_SYNCING, rs->full ? "full resync started"
                  : "incremental resync started");
 }
 
@@ -677,30 +677,30 @@ finish (struct resync *rs)
   if (checkpoint (rs) == -1)
     return -1;
   if (v->metadata) {
-    if (meta_persist_bitmaps (v) == -1)
+    if (metaio_persist_bitmaps (v) == -1)
       return -1;
-    if (meta_write_all_bitmaps (v, bit) != 0) {
-      volume_fail_leg (v, l, EPOCH_ANY, "cannot write the bitmaps");
+    if (metaio_write_all_bitmaps (v, bit) != 0) {
+      member_fail_leg (v, l, EPOCH_ANY, "cannot write the bitmaps");
       return -1;
     }
     debug_pause (replicate_debug_finish_pause, "resync finish",
                  "before publishing the target", "finish_pause");
   }
-  volume_change_begin (v);
+  member_change_begin (v);
   pthread_mutex_lock (&v->change_lock);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
     if (l->state == LEG_SYNCING) {
-      leg_set_state (v, l, LEG_UPTODATE, "resync done");
+      member_set_state (v, l, LEG_UPTODATE, "resync done");
       l->inconsistent = false;
     }
     else
       r = -1;
   }
-  if (r == 0 && v->metadata && meta_bump (v) == -1)
+  if (r == 0 && v->metadata && metaio_bump (v) == -1)
     r = -1;
   pthread_mutex_unlock (&v->change_lock);
-  volume_change_end (v);
+  member_change_end (v);
   return r;
 }
 
@@ -743,13 +743,13 @@ give_up (struct resync *rs)
   struct leg *l = rs->target;
 
   if (atomic_load (&l->state) == LEG_SYNCING) {
-    volume_fail_leg (v, l, EPOCH_ANY, "resync interrupted%s",
+    member_fail_leg (v, l, EPOCH_ANY, "resync interrupted%s",
                      rs->source == NULL ? ": no uptodate source" : "");
     return;
   }
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
   if (atomic_load (&l->state) == LEG_STALE) {
-    leg_set_state (v, l, LEG_FAILED, "the resync could not start");
+    member_set_state (v, l, LEG_FAILED, "the resync could not start");
     leg_back_off_locked (l);
   }
 }
@@ -769,7 +769,7 @@ resync_thread (void *arg)
   start_receiving_writes (rs);
   atomic_store (&rs->total_bytes, bytes_to_copy (rs));
   if (v->al && al_write_to (v->al, 1u << rs->target->index) != 0) {
-    volume_fail_leg (v, rs->target, EPOCH_ANY, "activity log write failed");
+    member_fail_leg (v, rs->target, EPOCH_ANY, "activity log write failed");
     goto done;
   }
   nbdkit_debug ("%s: %s resync of %" PRIu64 " bytes started", name,
@@ -799,7 +799,7 @@ resync_thread (void *arg)
   if (!atomic_load (&v->stopping) && !atomic_load (&rs->cancel))
     give_up (rs);
   atomic_store (&rs->finished, true);
-  volume_wake_monitor (v);
+  member_wake_monitor (v);
   return NULL;
 }
 

@@ -278,7 +278,7 @@ verify_run (struct verify *vf, uint64_t offset, uint32_t len)
   rangelock_unlock (v->rl, &hold);
   for (i = 0; i < v->nr_legs; ++i)
     if (failed & (1u << i))
-      volume_fail_leg (v, &v->legs[i], epochs[i],
+      member_fail_leg (v, &v->legs[i], epochs[i],
                        "read during verify failed");
   return r;
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Operator actions on a running volume: add a leg, remove a leg, change
- * rates.  (Failing a leg for maintenance is volume_fail_leg; resync and
+ * rates.  (Failing a leg for maintenance is member_fail_leg; resync and
  * verify have their own files.)
  *
  * Adding: the new leg takes the next index and starts failed with no
@@ -86,7 +86,7 @@ free_slot_exists (struct volume *v)
  * reason in err.  Only the control thread adds legs.
  */
 int
-volume_add_leg (struct volume *v, const char *uri, char *err, size_t errlen)
+admin_add_leg (struct volume *v, const char *uri, char *err, size_t errlen)
 {
   struct leg *l;
   enum verdict verdict;
@@ -111,7 +111,7 @@ volume_add_leg (struct volume *v, const char *uri, char *err, size_t errlen)
   l->index = (unsigned) n;
   l->uri = l->owned_uri;
   l->slot = -1;
-  leg_init_state (l, LEG_FAILED);   /* not counted in nr_legs yet */
+  member_init_state (l, LEG_FAILED);   /* not counted in nr_legs yet */
   verdict = monitor_examine_leg (v, l, err, errlen);
   if (verdict == V_UNREACHABLE || verdict == V_REFUSE) {
     char why[256];
@@ -221,7 +221,7 @@ retire_leg (struct volume *v, struct leg *l)
 
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-    leg_set_state (v, l, LEG_REMOVED, "removed by the operator");
+    member_set_state (v, l, LEG_REMOVED, "removed by the operator");
     snprintf (l->last_error, sizeof l->last_error, "removed by the operator");
     l->slot = -1;               /* under v->lock, as status reads it */
   }
@@ -235,7 +235,7 @@ retire_leg (struct volume *v, struct leg *l)
 
 /* Remove a leg.  Returns 0, or -1 with the reason in err. */
 int
-volume_remove_leg (struct volume *v, unsigned index, char *err, size_t errlen)
+admin_remove_leg (struct volume *v, unsigned index, char *err, size_t errlen)
 {
   struct leg *l = &v->legs[index];
   const char *why;
@@ -252,14 +252,14 @@ volume_remove_leg (struct volume *v, unsigned index, char *err, size_t errlen)
     return -1;
   }
   stop_resync_of (v, l);
-  volume_change_begin (v);
+  member_change_begin (v);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
     retire_leg (v, l);
     if (v->metadata)
-      meta_bump (v);
+      metaio_bump (v);
   }
-  volume_change_end (v);
+  member_change_end (v);
   leg_close (l);
   nbdkit_debug ("leg %u removed by the operator", index);
   return 0;
@@ -270,7 +270,7 @@ volume_remove_leg (struct volume *v, unsigned index, char *err, size_t errlen)
  * floor with it.  Returns 0 or -1 with the reason.
  */
 int
-volume_set (struct volume *v, const char *key, const char *value,
+admin_set (struct volume *v, const char *key, const char *value,
             char *err, size_t errlen)
 {
   _Atomic uint64_t *dst;

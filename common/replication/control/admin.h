@@ -8,11 +8,11 @@
 
 struct volume;
 
-extern int volume_add_leg (struct volume *v, const char *uri,
+extern int admin_add_leg (struct volume *v, const char *uri,
                            char *err, size_t errlen);
-extern int volume_remove_leg (struct volume *v, unsigned index,
+extern int admin_remove_leg (struct volume *v, unsigned index,
                               char *err, size_t errlen);
-extern int volume_set (struct volume *v, const char *key, const char *value,
+extern int admin_set (struct volume *v, const char *key, const char *value,
                        char *err, size_t errlen);
 
 #endif /* REPLICATE_ADMIN_H */

@@ -61,7 +61,7 @@ cmd_fail_leg (struct volume *v, const struct ctlreq *r)
   st = atomic_load (&l->state);
   if (st != LEG_UPTODATE && st != LEG_SYNCING)
     return ctl_error_reply ("leg %u is %s, not uptodate or syncing",
-                            l->index, leg_state_name (st));
+                            l->index, state_leg_name (st));
   up = MB_UPTODATE (membership_load (v)) & ~(1u << l->index);
   if (st == LEG_UPTODATE && up == 0)
     return ctl_error_reply ("leg %u is the last uptodate leg: failing it "
@@ -70,7 +70,7 @@ cmd_fail_leg (struct volume *v, const struct ctlreq *r)
     return ctl_error_reply ("failing leg %u would leave fewer uptodate legs "
                             "than quorum (the volume would turn read-only)",
                             l->index);
-  volume_fail_leg (v, l, EPOCH_ANY, "failed by the operator");
+  member_fail_leg (v, l, EPOCH_ANY, "failed by the operator");
   return json_pack ("{s:b}", "ok", 1);
 }
 
@@ -99,7 +99,7 @@ cmd_resync (struct volume *v, const struct ctlreq *r)
     return ctl_error_reply ("leg %u is the source of a running backup: it "
                             "resyncs when the backup ends", l->index);
   if (st == LEG_UPTODATE || st == LEG_SYNCING)
-    volume_fail_leg (v, l, EPOCH_ANY, "resync requested by the operator");
+    member_fail_leg (v, l, EPOCH_ANY, "resync requested by the operator");
   if (r->server_restarted)
     nbdkit_debug ("leg %u: its server was restarted, says the operator: "
                   "%zu old connection(s) no longer waited for", l->index,
@@ -119,7 +119,7 @@ static json_t *
 cmd_add_leg (struct volume *v, const struct ctlreq *r)
 {
   char err[512];
-  int i = volume_add_leg (v, r->uri, err, sizeof err);
+  int i = admin_add_leg (v, r->uri, err, sizeof err);
 
   if (i == -1)
     return ctl_error_reply ("%s", err);
@@ -136,7 +136,7 @@ cmd_remove_leg (struct volume *v, const struct ctlreq *r)
 
   if (l == NULL)
     return reply;
-  return result (volume_remove_leg (v, l->index, err, sizeof err), err);
+  return result (admin_remove_leg (v, l->index, err, sizeof err), err);
 }
 
 /* set: change a rate. */
@@ -145,7 +145,7 @@ cmd_set (struct volume *v, const struct ctlreq *r)
 {
   char err[512];
 
-  return result (volume_set (v, r->key, r->value, err, sizeof err), err);
+  return result (admin_set (v, r->key, r->value, err, sizeof err), err);
 }
 
 /* verify: start or stop. */

@@ -147,7 +147,7 @@ leg_json (struct volume *v, struct leg *l)
                                                           sizeof name))
                                  : json_string (l->uri),
                  "uuid", uuid_or_null (l->uuid),
-                 "state", leg_state_name (atomic_load (&l->state)),
+                 "state", state_leg_name (atomic_load (&l->state)),
                  "resync", resync_json (l),
                  "last_resync", last_resync_json (l));
   json_object_set_new (j, "reads", json_integer (counter (&l->stats.reads)));
@@ -210,7 +210,7 @@ volume_json (struct volume *v, const struct backup_status *b, uint64_t gen)
                  "uuid", v->metadata ? uuid_or_null (v->sb.volume_uuid)
                                      : json_null (),
                  "size", (json_int_t) v->size,
-                 "state", volume_state_name (up, expected_legs (v), v->quorum),
+                 "state", state_volume_name (up, expected_legs (v), v->quorum),
                  "generation", (json_int_t) gen,
                  "quorum", (int) v->quorum);
   json_object_set_new (j, "metadata",

@@ -153,9 +153,9 @@ start_write (struct volume *v, struct engine_aio *a)
     rangelock_unlock (v->rl, &a->hold);
     return false;
   }
-  ticket = membership_enter_write (v, &m);
+  ticket = member_enter_write (v, &m);
   io_mark_absent (v, MB_ABSENT (m), cmd->offset, cmd->count);
-  membership_leave_write (v, ticket);
+  member_leave_write (v, ticket);
   a->writing = MB_WRITING (m);
   a->uptodate = MB_UPTODATE (m);
   if (!judge_is_quorum (v, a->uptodate)) {

@@ -87,12 +87,12 @@ io_write_locked (struct volume *v, const struct leg_cmd *cmd,
   if (v->al) {
     err = al_acquire (v->al, cmd->offset, cmd->count);
     if (err != 0)
-      return errno_for_client (err);
+      return state_errno_for_client (err);
   }
 
-  ticket = membership_enter_write (v, &m);
+  ticket = member_enter_write (v, &m);
   io_mark_absent (v, MB_ABSENT (m), cmd->offset, cmd->count);
-  membership_leave_write (v, ticket);
+  member_leave_write (v, ticket);
   writing = MB_WRITING (m);
   uptodate = MB_UPTODATE (m);
 
@@ -232,11 +232,11 @@ int
 io_read_failed (struct volume *v, uint16_t up, unsigned li, unsigned epoch,
                 int e)
 {
-  if (!errno_fails_leg (e))
-    return errno_for_client (e);
-  if (!errno_is_disconnect (e) && (up & ~(1u << li)) == 0)
-    return errno_for_client (e);
-  volume_fail_leg (v, &v->legs[li], epoch, "read failed: %s", strerror (e));
+  if (!state_errno_fails_leg (e))
+    return state_errno_for_client (e);
+  if (!state_errno_is_disconnect (e) && (up & ~(1u << li)) == 0)
+    return state_errno_for_client (e);
+  member_fail_leg (v, &v->legs[li], epoch, "read failed: %s", strerror (e));
   return 0;
 }
 
@@ -256,7 +256,7 @@ io_read_from_legs (struct volume *v, const struct leg_cmd *cmd,
 
     li = io_choose_read_leg (v, up & ~tried);
     if (li == -1) {
-      *err = errno_for_client (last);
+      *err = state_errno_for_client (last);
       return -1;
     }
     ioreq_init (&r, v);

@@ -184,7 +184,7 @@ reads_as_zero (struct leg *l)
       .op = OP_EXTENTS, .offset = off, .count = (uint32_t) n,
       .fn = all_zero_cb, .fn_opaque = &zero,
     };
-    if (leg_sync_io (l, &cmd) != 0)
+    if (ioreq_sync_io (l, &cmd) != 0)
       return false;
     off += n;
   }
@@ -201,7 +201,7 @@ examine_leg (struct volume *v, size_t i, struct elect_leg *el)
   char err[256], name[160];
 
   leg_name (l, name, sizeof name);
-  if (meta_read_sb (l, &el->sb, &el->status, err, sizeof err) == -1) {
+  if (metaio_read_sb (l, &el->sb, &el->status, err, sizeof err) == -1) {
     nbdkit_error ("%s: %s", name, err);
     snprintf (l->last_error, sizeof l->last_error, "%s", err);
     leg_close (l);
@@ -346,7 +346,7 @@ alloc_leg_buffers (struct volume *v)
 
   for (i = 0; i < v->nr_legs; ++i)
     if (atomic_load (&v->legs[i].open) &&
-        meta_alloc_leg (v, &v->legs[i]) == -1)
+        metaio_alloc_leg (v, &v->legs[i]) == -1)
       return -1;
   return 0;
 }
@@ -366,7 +366,7 @@ zero_all_legs (struct volume *v)
       .flags = ENGINE_FLAG_MAY_TRIM,
     };
     for (i = 0; i < v->nr_legs; ++i) {
-      int e = leg_sync_io (&v->legs[i], &cmd);
+      int e = ioreq_sync_io (&v->legs[i], &cmd);
       if (e != 0) {
         nbdkit_error ("init=zero: leg %zu: %s", i, strerror (e));
         return -1;
@@ -389,7 +389,7 @@ write_empty_log (struct volume *v, uint16_t legs)
   size_t i;
 
   for (i = 0; i < v->nr_legs; ++i) {
-    int e = (legs & (1u << i)) ? leg_sync_io (&v->legs[i], &flush) : 0;
+    int e = (legs & (1u << i)) ? ioreq_sync_io (&v->legs[i], &flush) : 0;
     if (e != 0) {
       nbdkit_error ("leg %zu: flush before writing the activity log: %s",
                     i, strerror (e));
@@ -483,7 +483,7 @@ adopt_volume (struct volume *v, const struct elect_input *in,
 static uint16_t
 winner_slots (struct volume *v, uint16_t winners)
 {
-  return volume_slot_mask_of (v, winners);
+  return member_slot_mask_of (v, winners);
 }
 
 /* Every assigned slot whose leg is not a winner is absent: allocate its
@@ -501,14 +501,14 @@ prepare_absent_slots (struct volume *v, uint16_t winners, uint16_t *absent)
     struct sb_slot *slot = &v->sb.slots[s];
     if (!(slot->flags & SLOT_ASSIGNED) || (present & (1u << s)))
       continue;
-    if (volume_alloc_bitmap (v, s) == -1)
+    if (member_alloc_bitmap (v, s) == -1)
       return -1;
     *absent |= 1u << s;
     if (slot->flags & SLOT_MEMBER) {
-      meta_set_bm_gen (v, s, v->sb.gen);
+      metaio_set_bm_gen (v, s, v->sb.gen);
       slot->flags &= ~SLOT_MEMBER;
     }
-    else if (meta_load_bitmap (v, s, winners) == -1)
+    else if (metaio_load_bitmap (v, s, winners) == -1)
       return -1;
   }
   return 0;
@@ -536,7 +536,7 @@ union_of_logs (struct volume *v, uint16_t winners, uint32_t *out)
     enum meta_status st;
     if (!(winners & (1u << i)))
       continue;
-    if (meta_read_al (l, ext, &nr, &seq, &st, err, sizeof err) == -1) {
+    if (metaio_read_al (l, ext, &nr, &seq, &st, err, sizeof err) == -1) {
       nbdkit_error ("leg %zu: %s", i, err);
       return -1;
     }
@@ -624,14 +624,14 @@ learn_stale_al_seqs (struct volume *v)
 
   for (i = 0; i < v->nr_legs; ++i)
     if (atomic_load (&v->legs[i].state) == LEG_STALE)
-      meta_learn_al_seq (&v->legs[i]);
+      metaio_learn_al_seq (&v->legs[i]);
 }
 
 /* Set leg states from the election's roles; returns the winners.
- * These are the states the legs start in (leg_init_state), not moves:
+ * These are the states the legs start in (member_init_state), not moves:
  * nothing but this thread looks at the legs yet, and the word is
  * published once for all of them, with the absent slots the
- * superblock names (membership_set_absent).
+ * superblock names (member_set_absent).
  */
 static uint16_t
 apply_roles (struct volume *v, const struct elect_result *res)
@@ -644,18 +644,18 @@ apply_roles (struct volume *v, const struct elect_result *res)
     struct leg *l = &v->legs[i];
     switch (res->role[i]) {
     case ROLE_UPTODATE:
-      leg_init_state (l, LEG_UPTODATE);
+      member_init_state (l, LEG_UPTODATE);
       winners |= 1u << i;
       break;
     case ROLE_INCREMENTAL:
     case ROLE_FULL:
-      leg_init_state (l, LEG_STALE);
+      member_init_state (l, LEG_STALE);
       l->want_full = res->role[i] == ROLE_FULL;
       nbdkit_debug ("%s is stale: %s resync", leg_name (l, name, sizeof name),
                     l->want_full ? "full" : "incremental");
       break;
     case ROLE_MISSING:
-      leg_init_state (l, LEG_FAILED);
+      member_init_state (l, LEG_FAILED);
       break;
     }
   }
@@ -672,7 +672,7 @@ alloc_leg_bitmaps (struct volume *v)
 
   for (i = 0; i < v->nr_legs; ++i)
     if (v->legs[i].slot >= 0 &&
-        volume_alloc_bitmap (v, (unsigned) v->legs[i].slot) == -1)
+        member_alloc_bitmap (v, (unsigned) v->legs[i].slot) == -1)
       return -1;
   return 0;
 }
@@ -693,7 +693,7 @@ check_identities (struct volume *v, uint16_t legs)
     struct leg *l = &v->legs[i];
     if (!(legs & (1u << i)))
       continue;
-    if (meta_read_sb (l, &sb, &st, err, sizeof err) == -1 || st != META_OK) {
+    if (metaio_read_sb (l, &sb, &st, err, sizeof err) == -1 || st != META_OK) {
       nbdkit_error ("%s: cannot read back its superblock: %s",
                     leg_name (l, a, sizeof a), err);
       return -1;
@@ -742,13 +742,13 @@ start_with_metadata (struct volume *v)
     return -1;
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-    membership_set_absent (v, absent, "started");
+    member_set_absent (v, absent, "started");
   }
-  if (meta_persist_bitmaps (v) == -1 || write_empty_log (v, winners) == -1)
+  if (metaio_persist_bitmaps (v) == -1 || write_empty_log (v, winners) == -1)
     return -1;
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
-    if (meta_bump (v) == -1) {
+    if (metaio_bump (v) == -1) {
       nbdkit_error ("cannot record the new generation on any leg");
       return -1;
     }
@@ -785,11 +785,11 @@ start_without_metadata (struct volume *v)
   v->size = smallest_leg (v)->caps.size & ~(uint64_t) 4095;
   for (i = 0; i < v->nr_legs; ++i) {
     v->legs[i].slot = (int) i;
-    leg_init_state (&v->legs[i], i == 0 ? LEG_UPTODATE : LEG_STALE);
+    member_init_state (&v->legs[i], i == 0 ? LEG_UPTODATE : LEG_STALE);
     v->legs[i].want_full = true;
   }
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-  membership_set_absent (v, 0, "started without metadata");
+  member_set_absent (v, 0, "started without metadata");
   return 0;
 }
 

@@ -63,7 +63,7 @@ engine_new (enum engine_shape shape)
   config_use_parsers (nbdkit_parse_uint64_t, nbdkit_size,
                       nbdkit_parse_bool);
   config_init (&v->cfg, shape == SHAPE_FILTER);
-  volume_lock_init (v);
+  member_lock_init (v);
   pthread_cond_init (&v->cond, NULL);
   pthread_cond_init (&v->monitor_cond, NULL);
   pthread_mutex_init (&v->change_lock, NULL);
@@ -178,7 +178,7 @@ engine_config_complete (struct volume *v)
     l->slot = -1;
     l->local = v->cfg.local_leg0 && i == 0;
     l->uri = l->local ? NULL : v->cfg.uris[nbd++];
-    leg_init_state (l, LEG_FAILED);
+    member_init_state (l, LEG_FAILED);
   }
   return 0;
 }

@@ -311,7 +311,7 @@ refused_alike (uint16_t legs, const int *errs)
   for (i = 0; i < MAX_LEGS; ++i) {
     if (!(legs & (1u << i)))
       continue;
-    if (errs[i] == 0 || errno_fails_leg (errs[i]) ||
+    if (errs[i] == 0 || state_errno_fails_leg (errs[i]) ||
         (common && errs[i] != common))
       return 0;
     common = errs[i];
@@ -328,7 +328,7 @@ fail_legs (struct volume *v, uint16_t legs, const int *errs,
 
   for (i = 0; i < v->nr_legs; ++i)
     if (legs & (1u << i))
-      volume_fail_leg (v, &v->legs[i], epochs[i],
+      member_fail_leg (v, &v->legs[i], epochs[i],
                        "activity log write failed: %s", strerror (errs[i]));
 }
 
@@ -545,7 +545,7 @@ al_cool (struct al *al)
 
   if (nr_cand > 0) {
     if (judge_flush_legs (v, MB_WRITING (membership_load (v)), &err) == -1 ||
-        meta_persist_bitmaps (v) == -1)
+        metaio_persist_bitmaps (v) == -1)
       nr_cand = 0;              /* nothing is known to be durable */
   }
 

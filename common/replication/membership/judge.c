@@ -57,7 +57,7 @@ judge_is_quorum (const struct volume *v, uint16_t legs)
 }
 
 /* Do the legs agree on one refusal of the request (see
- * errno_is_refusal)?  Then it is returned to the client and nobody
+ * state_errno_is_refusal)?  Then it is returned to the client and nobody
  * fails: no leg touched its data.
  */
 static int
@@ -71,7 +71,7 @@ common_refusal (const struct ioreq *r, uint16_t legs)
     if (!(legs & (1u << i)))
       continue;
     e = ioreq_leg_error (r, i);
-    if (!errno_is_refusal (e) || (common && e != common))
+    if (!state_errno_is_refusal (e) || (common && e != common))
       return 0;
     common = e;
   }
@@ -96,7 +96,7 @@ keep_one_leg (struct volume *v, const struct ioreq *r, uint16_t legs,
 
   for (; candidates != 0; candidates &= candidates - 1) {
     i = (unsigned) __builtin_ctz (candidates);
-    if (!errno_is_disconnect (ioreq_leg_error (r, i)))
+    if (!state_errno_is_disconnect (ioreq_leg_error (r, i)))
       return (uint16_t) (1u << i);
   }
   return 0;
@@ -116,7 +116,7 @@ fail_lone_takers (struct volume *v, const struct ioreq *r, uint16_t took)
 
   for (; took != 0; took &= took - 1) {
     i = (unsigned) __builtin_ctz (took);
-    volume_fail_leg (v, &v->legs[i], r->epoch[i],
+    member_fail_leg (v, &v->legs[i], r->epoch[i],
                      "took a write that no uptodate leg took");
   }
 }
@@ -155,7 +155,7 @@ judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
 
   common = common_refusal (r, legs);
   if (common != 0)
-    return errno_for_client (common);
+    return state_errno_for_client (common);
   took = legs & ~bad;
   if (took == 0)
     bad &= ~keep_one_leg (v, r, legs, uptodate);
@@ -165,7 +165,7 @@ judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
     e = ioreq_leg_error (r, i);
     if (first_err == 0)
       first_err = e;
-    volume_fail_leg (v, &v->legs[i], r->epoch[i], "%s failed: %s", what,
+    member_fail_leg (v, &v->legs[i], r->epoch[i], "%s failed: %s", what,
                      strerror (e));
   }
   if (first_err == 0)
@@ -176,7 +176,7 @@ judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
   *counted = took;
   if (judge_is_quorum (v, took & MB_UPTODATE (membership_load (v))))
     return 0;
-  return errno_for_client (first_err) == ENOSPC ? ENOSPC : EIO;
+  return state_errno_for_client (first_err) == ENOSPC ? ENOSPC : EIO;
 }
 
 /* Step 8: wait until no membership change is being recorded, then let
@@ -189,7 +189,7 @@ judge_write (struct volume *v, struct ioreq *r, uint16_t legs,
 int
 judge_acknowledge (struct volume *v, int err, uint16_t counted)
 {
-  volume_wait_changes (v);
+  member_wait_changes (v);
   if (err == 0 &&
       !judge_is_quorum (v, counted & MB_UPTODATE (membership_load (v))))
     return EIO;

@@ -25,21 +25,21 @@
  * is non-zero and every write that completes waits before it is
  * acknowledged (invariant 1 of DESIGN.md section 5).
  *
- * One funnel (as DRBD's): leg_set_state is the only way a leg changes
+ * One funnel (as DRBD's): member_set_state is the only way a leg changes
  * state.  It asserts that v->lock is held and that the move is in the
- * transition table (leg_move_allowed), stores the state, recomputes
- * the word from every leg (membership_compute; the leg's own slot
- * turns absent or present by absent_after_move) and publishes it, and
+ * transition table (state_move_allowed), stores the state, recomputes
+ * the word from every leg (state_membership; the leg's own slot
+ * turns absent or present by state_absent_after_move) and publishes it, and
  * logs "leg N: FROM -> TO (WHY)".  A move between failed and stale
- * changes no mask and publishes nothing.  membership_set_absent
+ * changes no mask and publishes nothing.  member_set_absent
  * publishes a change of the absent slots that belong to no leg (the
  * backup's tracker; at start, the slots the election found absent);
  * membership_publish, which only those two call, asserts what the word
  * promises: uptodate legs are writing and no writing leg's slot is
- * absent; leg_set_state first asserts that the word it starts from
+ * absent; member_set_state first asserts that the word it starts from
  * agrees with the leg states (nothing moved a leg behind its back).
  * The lock checks need an error-checking v->lock, which
- * volume_lock_init makes wherever assertions are compiled in.
+ * member_lock_init makes wherever assertions are compiled in.
  */
 
 #include <config.h>
@@ -76,10 +76,10 @@ my_stripe (void)
 #define NO_TICKET UINT16_MAX
 
 /* Take a write ticket and the membership it is valid for.  Returns the
- * ticket for membership_leave_write.
+ * ticket for member_leave_write.
  */
 uint16_t
-membership_enter_write (struct volume *v, uint64_t *mp)
+member_enter_write (struct volume *v, uint64_t *mp)
 {
   uint64_t m = atomic_load (&v->membership);
   unsigned s;
@@ -104,7 +104,7 @@ membership_enter_write (struct volume *v, uint64_t *mp)
 
 /* Give the ticket back: the absent slots' bits are set. */
 void
-membership_leave_write (struct volume *v, uint16_t ticket)
+member_leave_write (struct volume *v, uint16_t ticket)
 {
   if (ticket != NO_TICKET)
     atomic_fetch_sub (&v->wcount[ticket & 1][ticket >> 1].n, 1);
@@ -123,10 +123,10 @@ tickets_out (struct volume *v, unsigned parity)
 }
 
 /* Make v->lock: error-checking where assertions are compiled in, so
- * that volume_lock_held can tell its owner.
+ * that member_lock_held can tell its owner.
  */
 void
-volume_lock_init (struct volume *v)
+member_lock_init (struct volume *v)
 {
 #ifndef NDEBUG
   pthread_mutexattr_t attr;
@@ -146,7 +146,7 @@ volume_lock_init (struct volume *v)
  * it is taken, and given back.  Without assertions: true.
  */
 bool
-volume_lock_held (struct volume *v)
+member_lock_held (struct volume *v)
 {
 #ifndef NDEBUG
   static const struct timespec past = { 0, 0 };
@@ -172,15 +172,15 @@ membership_of_legs (struct volume *v, uint16_t absent)
 
   for (i = 0; i < n; ++i)
     states[i] = atomic_load (&v->legs[i].state);
-  return membership_compute (states, n, absent);
+  return state_membership (states, n, absent);
 }
 
 /* The word without its epoch. */
 #define MB_MASKS(m) ((m) & ~((uint64_t) 0xffff << 48))
 
 /* Publish a new membership and wait until no write holds a ticket of
- * the old one.  v->lock held.  Only the funnel (leg_set_state,
- * membership_set_absent) publishes.
+ * the old one.  v->lock held.  Only the funnel (member_set_state,
+ * member_set_absent) publishes.
  */
 static void
 membership_publish (struct volume *v, uint16_t uptodate, uint16_t writing,
@@ -188,9 +188,9 @@ membership_publish (struct volume *v, uint16_t uptodate, uint16_t writing,
 {
   uint64_t old = atomic_load (&v->membership);
 
-  assert (volume_lock_held (v));
+  assert (member_lock_held (v));
   assert ((uptodate & ~writing) == 0);
-  assert ((absent & volume_slot_mask_of (v, writing)) == 0);
+  assert ((absent & member_slot_mask_of (v, writing)) == 0);
   atomic_store (&v->membership,
                 MB_MAKE (uptodate, writing, absent, MB_EPOCH (old) + 1));
   while (tickets_out (v, MB_EPOCH (old) & 1) > 0)
@@ -199,7 +199,7 @@ membership_publish (struct volume *v, uint16_t uptodate, uint16_t writing,
 
 /* The slots of a set of legs, as a mask. */
 uint16_t
-volume_slot_mask_of (struct volume *v, uint16_t legs)
+member_slot_mask_of (struct volume *v, uint16_t legs)
 {
   uint16_t slots = 0;
   size_t i;
@@ -215,10 +215,10 @@ volume_slot_mask_of (struct volume *v, uint16_t legs)
  * while the volume starts, before any thread but the starting one can
  * look (the election's roles).  No lock, no move: there is no earlier
  * state to move from, and the word is published once for every leg
- * afterwards (membership_set_absent).
+ * afterwards (member_set_absent).
  */
 void
-leg_init_state (struct leg *l, enum leg_state s)
+member_init_state (struct leg *l, enum leg_state s)
 {
   assert (!l->v->started || l->index >= atomic_load (&l->v->nr_legs));
   atomic_store (&l->state, s);
@@ -228,28 +228,28 @@ leg_init_state (struct leg *l, enum leg_state s)
  * volume runs (see the design note).  v->lock held.
  */
 void
-leg_set_state (struct volume *v, struct leg *l, enum leg_state to,
+member_set_state (struct volume *v, struct leg *l, enum leg_state to,
                const char *why)
 {
   enum leg_state from = atomic_load (&l->state);
   uint64_t old = membership_load (v), m;
   uint16_t absent;
 
-  assert (volume_lock_held (v));
+  assert (member_lock_held (v));
   assert (!v->started ||
           MB_MASKS (membership_of_legs (v, MB_ABSENT (old))) ==
           MB_MASKS (old));
-  if (!leg_move_allowed (from, to)) {
+  if (!state_move_allowed (from, to)) {
     nbdkit_error ("leg %u: %s -> %s is not a valid move (%s)", l->index,
-                  leg_state_name (from), leg_state_name (to), why);
-    assert (leg_move_allowed (from, to));
+                  state_leg_name (from), state_leg_name (to), why);
+    assert (state_move_allowed (from, to));
   }
-  absent = absent_after_move (MB_ABSENT (old), from, to, l->slot,
+  absent = state_absent_after_move (MB_ABSENT (old), from, to, l->slot,
                               v->metadata);
   atomic_store (&l->state, to);
   m = membership_of_legs (v, absent);
-  nbdkit_debug ("leg %u: %s -> %s (%s)", l->index, leg_state_name (from),
-                leg_state_name (to), why);
+  nbdkit_debug ("leg %u: %s -> %s (%s)", l->index, state_leg_name (from),
+                state_leg_name (to), why);
   /* A removal always publishes: the slot it frees must be out of every
    * write's hands before it is cleared.
    */
@@ -262,7 +262,7 @@ leg_set_state (struct volume *v, struct leg *l, enum leg_state to,
  * absent), the masks computed from the legs.  v->lock held.
  */
 void
-membership_set_absent (struct volume *v, uint16_t absent, const char *why)
+member_set_absent (struct volume *v, uint16_t absent, const char *why)
 {
   uint64_t m = membership_of_legs (v, absent);
 
@@ -273,17 +273,17 @@ membership_set_absent (struct volume *v, uint16_t absent, const char *why)
 }
 
 /* Start recording a membership change: writes completing from now on
- * wait for volume_change_end before they are acknowledged.
+ * wait for member_change_end before they are acknowledged.
  */
 void
-volume_change_begin (struct volume *v)
+member_change_begin (struct volume *v)
 {
   atomic_fetch_add (&v->pending_changes, 1);
 }
 
 /* The change is recorded: let waiting writes go. */
 void
-volume_change_end (struct volume *v)
+member_change_end (struct volume *v)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
 
@@ -293,7 +293,7 @@ volume_change_end (struct volume *v)
 
 /* Wait until no membership change is being recorded. */
 void
-volume_wait_changes (struct volume *v)
+member_wait_changes (struct volume *v)
 {
   if (atomic_load (&v->pending_changes) == 0)
     return;
@@ -305,7 +305,7 @@ volume_wait_changes (struct volume *v)
 
 /* Allocate the bitmap of a slot (and its page sequence numbers). */
 int
-volume_alloc_bitmap (struct volume *v, unsigned slot)
+member_alloc_bitmap (struct volume *v, unsigned slot)
 {
   uint64_t bits = v->metadata ? v->layout.nr_chunks
                               : (v->size + v->cfg.chunk - 1) / v->cfg.chunk;
@@ -332,7 +332,7 @@ volume_alloc_bitmap (struct volume *v, unsigned slot)
 
 /* Wake the monitor thread (a leg to reconnect or resync). */
 void
-volume_wake_monitor (struct volume *v)
+member_wake_monitor (struct volume *v)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
   pthread_cond_broadcast (&v->monitor_cond);
@@ -345,7 +345,7 @@ volume_wake_monitor (struct volume *v)
  * has begun a change.
  */
 bool
-volume_mark_failed (struct volume *v, struct leg *l, unsigned epoch,
+member_mark_failed (struct volume *v, struct leg *l, unsigned epoch,
                     const char *reason, bool *was_uptodate)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
@@ -363,7 +363,7 @@ volume_mark_failed (struct volume *v, struct leg *l, unsigned epoch,
     snprintf (l->last_error, sizeof l->last_error, "%s", reason);
   l->backoff = 0;
   l->next_attempt_ns = now_ns () + 1000000000;
-  leg_set_state (v, l, LEG_FAILED, reason);
+  member_set_state (v, l, LEG_FAILED, reason);
   return true;
 }
 
@@ -373,7 +373,7 @@ volume_mark_failed (struct volume *v, struct leg *l, unsigned epoch,
  * change_lock held.
  */
 void
-volume_fail_leg (struct volume *v, struct leg *l, unsigned epoch,
+member_fail_leg (struct volume *v, struct leg *l, unsigned epoch,
                  const char *fs, ...)
 {
   char reason[256], name[128];
@@ -384,8 +384,8 @@ volume_fail_leg (struct volume *v, struct leg *l, unsigned epoch,
   vsnprintf (reason, sizeof reason, fs, ap);
   va_end (ap);
 
-  volume_change_begin (v);
-  changed = volume_mark_failed (v, l, epoch, reason, &was_uptodate);
+  member_change_begin (v);
+  changed = member_mark_failed (v, l, epoch, reason, &was_uptodate);
   if (changed) {
     leg_shutdown (l);
     {
@@ -393,10 +393,10 @@ volume_fail_leg (struct volume *v, struct leg *l, unsigned epoch,
       snprintf (reason, sizeof reason, "%s", l->last_error);
     }
     nbdkit_error ("%s failed: %s", leg_name (l, name, sizeof name), reason);
-    meta_record_failure (v, l, was_uptodate);
+    metaio_record_failure (v, l, was_uptodate);
   }
-  volume_change_end (v);
-  volume_wait_changes (v);
+  member_change_end (v);
+  member_wait_changes (v);
   if (changed)
-    volume_wake_monitor (v);
+    member_wake_monitor (v);
 }

@@ -8,7 +8,7 @@
  * Bitmap pages carry the same seq on every leg (v->bm_seq) and are
  * written under bm_write_lock, several pages at a time.
  *
- * A generation bump (meta_bump) writes the new generation, the members
+ * A generation bump (metaio_bump) writes the new generation, the members
  * (the slots of the uptodate legs) and every slot's bm_gen to every
  * uptodate leg before it returns; a leg that cannot take it is failed
  * on the spot (its hot extents ORed into its bitmap) and the bump is
@@ -21,10 +21,10 @@
  * The last uptodate leg's failure is not recorded at all.
  *
  * Changing a slot's bm_gen rewrites every page of its bitmap
- * (meta_set_bm_gen).  Dirty pages go to every leg receiving writes,
+ * (metaio_set_bm_gen).  Dirty pages go to every leg receiving writes,
  * syncing legs included, so a leg that got them all once misses none.
  * A joining leg's activity-log seq is read from its disk first
- * (meta_learn_al_seq), so the logs we write it are its newest.
+ * (metaio_learn_al_seq), so the logs we write it are its newest.
  */
 
 #include <config.h>
@@ -63,7 +63,7 @@ alloc_block (size_t size)
 
 /* Allocate the per-leg metadata buffers. */
 int
-meta_alloc_leg (struct volume *v, struct leg *l)
+metaio_alloc_leg (struct volume *v, struct leg *l)
 {
   if (l->sb_buf == NULL)
     l->sb_buf = alloc_block (META_BLOCK);
@@ -83,12 +83,12 @@ read_at (struct leg *l, void *buf, uint32_t len, uint64_t offset)
   struct leg_cmd cmd = {
     .op = OP_READ, .buf = buf, .count = len, .offset = offset,
   };
-  return leg_sync_io (l, &cmd);
+  return ioreq_sync_io (l, &cmd);
 }
 
 /* Read a leg's superblock: decode both copies, keep the newest valid. */
 int
-meta_read_sb (struct leg *l, struct superblock *sb, enum meta_status *st,
+metaio_read_sb (struct leg *l, struct superblock *sb, enum meta_status *st,
               char *err, size_t errlen)
 {
   CLEANUP_FREE uint8_t *buf = alloc_block (META_SB_AREA);
@@ -130,7 +130,7 @@ meta_read_sb (struct leg *l, struct superblock *sb, enum meta_status *st,
 
 /* Read a leg's activity log (both copies, the newest valid wins). */
 int
-meta_read_al (struct leg *l, uint32_t *extents, uint32_t *nr, uint64_t *seq,
+metaio_read_al (struct leg *l, uint32_t *extents, uint32_t *nr, uint64_t *seq,
               enum meta_status *st, char *err, size_t errlen)
 {
   struct volume *v = l->v;
@@ -181,7 +181,7 @@ meta_read_al (struct leg *l, uint32_t *extents, uint32_t *nr, uint64_t *seq,
  * crash).  A leg whose log cannot be read keeps the seq it has.
  */
 void
-meta_learn_al_seq (struct leg *l)
+metaio_learn_al_seq (struct leg *l)
 {
   CLEANUP_FREE uint32_t *ext = calloc (l->v->layout.al_extents, sizeof *ext);
   enum meta_status st;
@@ -190,7 +190,7 @@ meta_learn_al_seq (struct leg *l)
   char err[256];
 
   if (ext == NULL || l->v->layout.al_bytes == 0 ||
-      meta_read_al (l, ext, &nr, &seq, &st, err, sizeof err) == -1 ||
+      metaio_read_al (l, ext, &nr, &seq, &st, err, sizeof err) == -1 ||
       st != META_OK)
     return;
   if (seq > l->al_seq)
@@ -199,7 +199,7 @@ meta_learn_al_seq (struct leg *l)
 
 /* OR a slot's bitmap as found on legs into v->bitmaps[slot]. */
 int
-meta_load_bitmap (struct volume *v, unsigned slot, uint16_t legs)
+metaio_load_bitmap (struct volume *v, unsigned slot, uint16_t legs)
 {
   CLEANUP_FREE uint8_t *buf = alloc_block (2 * META_BLOCK);
   struct gen bm_gen = v->sb.slots[slot].bm_gen;
@@ -256,7 +256,7 @@ sb_for_leg (struct volume *v, struct leg *l, struct superblock *sb)
  * errors in errs (if not NULL).
  */
 uint16_t
-meta_write_sb (struct volume *v, uint16_t legs, int *errs)
+metaio_write_sb (struct volume *v, uint16_t legs, int *errs)
 {
   struct superblock sb;
   struct ioreq r;
@@ -298,7 +298,7 @@ meta_write_sb (struct volume *v, uint16_t legs, int *errs)
  * a page on disk under another bm_gen reads as empty.
  */
 void
-meta_set_bm_gen (struct volume *v, unsigned s, struct gen g)
+metaio_set_bm_gen (struct volume *v, unsigned s, struct gen g)
 {
   v->sb.slots[s].bm_gen = g;
   if (v->bitmaps[s] != NULL)
@@ -307,7 +307,7 @@ meta_set_bm_gen (struct volume *v, unsigned s, struct gen g)
 
 /* Record that leg l no longer receives writes (see metaio.h). */
 void
-meta_record_absent (struct volume *v, struct leg *l, bool was_uptodate,
+metaio_record_absent (struct volume *v, struct leg *l, bool was_uptodate,
                     bool flushed)
 {
   struct sb_slot *s;
@@ -319,7 +319,7 @@ meta_record_absent (struct volume *v, struct leg *l, bool was_uptodate,
     al_or_hot_into (v->al, v->bitmaps[l->slot]);
   if (was_uptodate) {
     s->flags &= ~SLOT_MEMBER;
-    meta_set_bm_gen (v, (unsigned) l->slot, l->gen);
+    metaio_set_bm_gen (v, (unsigned) l->slot, l->gen);
   }
 }
 
@@ -327,7 +327,7 @@ meta_record_absent (struct volume *v, struct leg *l, bool was_uptodate,
 static void
 set_members (struct volume *v, uint16_t uptodate)
 {
-  uint16_t slots = volume_slot_mask_of (v, uptodate);
+  uint16_t slots = member_slot_mask_of (v, uptodate);
   unsigned s;
 
   /* Atomic: write_bitmaps reads the flags without change_lock. */
@@ -355,9 +355,9 @@ fail_unreached (struct volume *v, uint16_t failed, const int *errs)
       continue;
     snprintf (reason, sizeof reason, "superblock write failed: %s",
               strerror (errs[i]));
-    if (volume_mark_failed (v, l, EPOCH_ANY, reason, &was_uptodate)) {
+    if (member_mark_failed (v, l, EPOCH_ANY, reason, &was_uptodate)) {
       leg_shutdown (l);
-      meta_record_absent (v, l, was_uptodate, false);
+      metaio_record_absent (v, l, was_uptodate, false);
     }
   }
 }
@@ -366,7 +366,7 @@ fail_unreached (struct volume *v, uint16_t failed, const int *errs)
  * (change_lock held)?
  */
 bool
-meta_gen_unrecorded (const struct volume *v, struct gen g)
+metaio_gen_unrecorded (const struct volume *v, struct gen g)
 {
   unsigned i;
 
@@ -435,7 +435,7 @@ restore_recorded (struct volume *v, const struct superblock *recorded,
  * legs they counted on have failed).
  */
 int
-meta_bump (struct volume *v)
+metaio_bump (struct volume *v)
 {
   struct superblock recorded = v->sb;
   struct gen tried[MAX_UNRECORDED + MAX_LEGS];
@@ -455,7 +455,7 @@ meta_bump (struct volume *v)
     next = next_gen (v);
     push_generations (v, next);
     set_members (v, up);
-    failed = meta_write_sb (v, up, errs);
+    failed = metaio_write_sb (v, up, errs);
     for (i = 0; i < v->nr_legs; ++i)
       if ((up & ~failed) & (1u << i))
         v->legs[i].gen = next;
@@ -479,7 +479,7 @@ meta_bump (struct volume *v)
  * and is uptodate again when it returns.
  */
 void
-meta_record_failure (struct volume *v, struct leg *l, bool was_uptodate)
+metaio_record_failure (struct volume *v, struct leg *l, bool was_uptodate)
 {
   if (!v->metadata)
     return;
@@ -490,8 +490,8 @@ meta_record_failure (struct volume *v, struct leg *l, bool was_uptodate)
                   l->index);
     return;
   }
-  meta_record_absent (v, l, was_uptodate, false);
-  if (meta_bump (v) == -1)
+  metaio_record_absent (v, l, was_uptodate, false);
+  if (metaio_bump (v) == -1)
     nbdkit_error ("no uptodate leg left to record the failure of leg %u",
                   l->index);
 }
@@ -591,11 +591,11 @@ write_bitmaps (struct volume *v, uint16_t legs, bool all)
 
 /* Write the dirty bitmap pages to every leg receiving writes: the
  * uptodate legs and the syncing ones, so that a leg finishing its
- * resync, which got every page once (meta_write_all_bitmaps), misses
+ * resync, which got every page once (metaio_write_all_bitmaps), misses
  * none written after that.  Returns 0 if an uptodate leg took them.
  */
 int
-meta_persist_bitmaps (struct volume *v)
+metaio_persist_bitmaps (struct volume *v)
 {
   uint64_t m = membership_load (v);
   uint16_t failed;
@@ -606,13 +606,13 @@ meta_persist_bitmaps (struct volume *v)
   failed = write_bitmaps (v, MB_WRITING (m), false);
   for (i = 0; i < v->nr_legs; ++i)
     if (failed & (1u << i))
-      volume_fail_leg (v, &v->legs[i], EPOCH_ANY, "bitmap write failed");
+      member_fail_leg (v, &v->legs[i], EPOCH_ANY, "bitmap write failed");
   return (MB_UPTODATE (m) & ~failed) ? 0 : -1;
 }
 
 /* Write every bitmap page to legs (a joining leg). */
 uint16_t
-meta_write_all_bitmaps (struct volume *v, uint16_t legs)
+metaio_write_all_bitmaps (struct volume *v, uint16_t legs)
 {
   return write_bitmaps (v, legs, true);
 }

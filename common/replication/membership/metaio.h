@@ -12,50 +12,50 @@
  * set *st to META_OK, META_BLANK or META_CORRUPT (reason in err).
  * Returns 0, or -1 if the leg could not be read (reason in err).
  */
-extern int meta_read_sb (struct leg *l, struct superblock *sb,
+extern int metaio_read_sb (struct leg *l, struct superblock *sb,
                          enum meta_status *st, char *err, size_t errlen);
 
 /* Read a leg's activity log into extents (capacity v->layout.al_extents)
- * and its seq, setting *st as meta_read_sb does.  Returns 0 or -1 (I/O).
+ * and its seq, setting *st as metaio_read_sb does.  Returns 0 or -1 (I/O).
  */
-extern int meta_read_al (struct leg *l, uint32_t *extents, uint32_t *nr,
+extern int metaio_read_al (struct leg *l, uint32_t *extents, uint32_t *nr,
                          uint64_t *seq, enum meta_status *st,
                          char *err, size_t errlen);
 
 /* Make l->al_seq at least the seq of the newest activity log on the leg
  * (a leg joining: it may hold logs from an earlier life).
  */
-extern void meta_learn_al_seq (struct leg *l);
+extern void metaio_learn_al_seq (struct leg *l);
 
 /* OR slot's bitmap as found on legs into v->bitmaps[slot], and learn
  * each page's seq.  Returns 0 or -1 (read error, after nbdkit_error).
  */
-extern int meta_load_bitmap (struct volume *v, unsigned slot, uint16_t legs);
+extern int metaio_load_bitmap (struct volume *v, unsigned slot, uint16_t legs);
 
 /* Write superblocks (v->sb plus each leg's own fields) to legs.
  * change_lock held.  Returns the legs that failed, their errors in errs
  * (MAX_LEGS entries, or NULL).
  */
-extern uint16_t meta_write_sb (struct volume *v, uint16_t legs, int *errs);
+extern uint16_t metaio_write_sb (struct volume *v, uint16_t legs, int *errs);
 
 /* Is g a generation written by a bump no leg confirmed, since the
  * volume's generation was last recorded?  A leg holding one stands as
  * if it held the volume's generation.  change_lock held.
  */
-extern bool meta_gen_unrecorded (const struct volume *v, struct gen g);
+extern bool metaio_gen_unrecorded (const struct volume *v, struct gen g);
 
 /* Bump the generation on every uptodate leg (change_lock held); legs
  * that cannot take it are failed and the bump repeated.  Returns 0, or
  * -1 if no uptodate leg is left.
  */
-extern int meta_bump (struct volume *v);
+extern int metaio_bump (struct volume *v);
 
 /* Make slot s's bitmap count from generation g (change_lock held, or
  * before the volume runs): its bm_gen, and every page of its bitmap
  * marked for rewriting (a page left on disk under the old bm_gen would
  * read as empty after a restart, whether or not its bits changed).
  */
-extern void meta_set_bm_gen (struct volume *v, unsigned s, struct gen g);
+extern void metaio_set_bm_gen (struct volume *v, unsigned s, struct gen g);
 
 /* Record that leg l no longer receives writes (change_lock held): the
  * hot extents into its bitmap (a write there may be torn or lost on it,
@@ -63,29 +63,29 @@ extern void meta_set_bm_gen (struct volume *v, unsigned s, struct gen g);
  * its bm_gen if it was a member, and its bitmap pages all to be
  * rewritten for this new absence.  The caller bumps the generation.
  */
-extern void meta_record_absent (struct volume *v, struct leg *l,
+extern void metaio_record_absent (struct volume *v, struct leg *l,
                                 bool was_uptodate, bool flushed);
 
 /* Record the failure of leg l (see member.c): its hot extents into its
  * bitmap, its bm_gen, a generation bump.  Takes change_lock.  Nothing
  * to do without metadata.
  */
-extern void meta_record_failure (struct volume *v, struct leg *l,
+extern void metaio_record_failure (struct volume *v, struct leg *l,
                                  bool was_uptodate);
 
 /* Write the dirty bitmap pages of every slot with a bitmap to every
  * leg receiving writes (legs that fail are failed).  Returns 0, or -1
  * if no uptodate leg took them.
  */
-extern int meta_persist_bitmaps (struct volume *v);
+extern int metaio_persist_bitmaps (struct volume *v);
 
 /* Write every page of every slot with a bitmap (dirty or not) to legs,
  * with fresh sequence numbers: a leg joining the uptodate set.  Returns
  * the legs that failed.
  */
-extern uint16_t meta_write_all_bitmaps (struct volume *v, uint16_t legs);
+extern uint16_t metaio_write_all_bitmaps (struct volume *v, uint16_t legs);
 
 /* Allocate the per-leg metadata buffers of a leg. */
-extern int meta_alloc_leg (struct volume *v, struct leg *l);
+extern int metaio_alloc_leg (struct volume *v, struct leg *l);
 
 #endif /* REPLICATE_METAIO_H */

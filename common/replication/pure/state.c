@@ -9,10 +9,10 @@
  * does not know into EINVAL, so libnbd's ENOTCONN from a dead leg must
  * never get through.
  *
- * Leg moves: leg_move_allowed is the transition table of DESIGN.md
+ * Leg moves: state_move_allowed is the transition table of DESIGN.md
  * section 3 as the engine uses it, and the only judge of a state
- * change (leg_set_state asserts it).  membership_compute and
- * absent_after_move are the membership word a set of leg states makes
+ * change (member_set_state asserts it).  state_membership and
+ * state_absent_after_move are the membership word a set of leg states makes
  * (internal.h, MB_*), so the word is computed in one place.
  */
 
@@ -26,7 +26,7 @@
 
 /* The status word of a leg state. */
 const char *
-leg_state_name (enum leg_state s)
+state_leg_name (enum leg_state s)
 {
   switch (s) {
   case LEG_UPTODATE: return "uptodate";
@@ -50,10 +50,10 @@ leg_state_name (enum leg_state s)
  *   uptodate -> stale      held out as a backup's source
  *   any      -> removed    the operator (nbdrep remove)
  * Nothing leaves removed, and staying put is no move.  The states a
- * leg starts in are set by leg_init_state, not moved to.
+ * leg starts in are set by member_init_state, not moved to.
  */
 bool
-leg_move_allowed (enum leg_state from, enum leg_state to)
+state_move_allowed (enum leg_state from, enum leg_state to)
 {
   switch (from) {
   case LEG_FAILED:
@@ -72,7 +72,7 @@ leg_move_allowed (enum leg_state from, enum leg_state to)
 
 /* Does a leg in this state receive writes (uptodate or syncing)? */
 bool
-leg_state_writing (enum leg_state s)
+state_writing (enum leg_state s)
 {
   return s == LEG_UPTODATE || s == LEG_SYNCING;
 }
@@ -82,7 +82,7 @@ leg_state_writing (enum leg_state s)
  * legs in LEG_UPTODATE or LEG_SYNCING.
  */
 uint64_t
-membership_compute (const enum leg_state *states, size_t nr_legs,
+state_membership (const enum leg_state *states, size_t nr_legs,
                     uint16_t absent)
 {
   uint16_t up = 0, wr = 0;
@@ -91,7 +91,7 @@ membership_compute (const enum leg_state *states, size_t nr_legs,
   for (i = 0; i < nr_legs && i < MAX_LEGS; ++i) {
     if (states[i] == LEG_UPTODATE)
       up |= 1u << i;
-    if (leg_state_writing (states[i]))
+    if (state_writing (states[i]))
       wr |= 1u << i;
   }
   return MB_MAKE (up, wr, absent, 0);
@@ -106,7 +106,7 @@ membership_compute (const enum leg_state *states, size_t nr_legs,
  * its resync, whose bitmap is set in full, publishes it present).
  */
 uint16_t
-absent_after_move (uint16_t absent, enum leg_state from, enum leg_state to,
+state_absent_after_move (uint16_t absent, enum leg_state from, enum leg_state to,
                    int slot, bool metadata)
 {
   uint16_t bit;
@@ -115,9 +115,9 @@ absent_after_move (uint16_t absent, enum leg_state from, enum leg_state to,
     return absent;
   bit = (uint16_t) (1u << slot);
   if (to == LEG_REMOVED ||
-      (leg_state_writing (to) && !leg_state_writing (from)))
+      (state_writing (to) && !state_writing (from)))
     return absent & ~bit;
-  if (metadata && leg_state_writing (from) && !leg_state_writing (to))
+  if (metadata && state_writing (from) && !state_writing (to))
     return absent | bit;
   return absent;
 }
@@ -126,7 +126,7 @@ absent_after_move (uint16_t absent, enum leg_state from, enum leg_state to,
  * legs the volume should have, and the write quorum.
  */
 const char *
-volume_state_name (unsigned uptodate, unsigned total, unsigned quorum)
+state_volume_name (unsigned uptodate, unsigned total, unsigned quorum)
 {
   if (uptodate == 0)
     return "failed";
@@ -142,7 +142,7 @@ volume_state_name (unsigned uptodate, unsigned total, unsigned quorum)
  * request itself (EINVAL, EPERM, ENOTSUP ...) does not.
  */
 bool
-errno_fails_leg (int err)
+state_errno_fails_leg (int err)
 {
   switch (err) {
   case EIO:
@@ -167,7 +167,7 @@ errno_fails_leg (int err)
  * merely refusing a request)?
  */
 bool
-errno_is_disconnect (int err)
+state_errno_is_disconnect (int err)
 {
   switch (err) {
   case ENOTCONN:
@@ -192,7 +192,7 @@ errno_is_disconnect (int err)
  * applied the write.
  */
 bool
-errno_is_refusal (int err)
+state_errno_is_refusal (int err)
 {
   switch (err) {
   case EINVAL:
@@ -210,7 +210,7 @@ errno_is_refusal (int err)
 
 /* Map a leg's error to what the client is told. */
 int
-errno_for_client (int err)
+state_errno_for_client (int err)
 {
   switch (err) {
   case 0:

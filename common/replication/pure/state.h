@@ -28,48 +28,48 @@ enum leg_state {
    ((uint64_t) (ab) << 32) | ((uint64_t) (uint16_t) (ep) << 48))
 
 /* The status word of a leg state. */
-extern const char *leg_state_name (enum leg_state s);
+extern const char *state_leg_name (enum leg_state s);
 
 /* The volume state from the number of uptodate legs, the number of legs
  * the volume should have, and the write quorum.
  */
-extern const char *volume_state_name (unsigned uptodate, unsigned total,
+extern const char *state_volume_name (unsigned uptodate, unsigned total,
                                       unsigned quorum);
 
 /* Does a leg that returned this error have to be failed? */
-extern bool errno_fails_leg (int err);
+extern bool state_errno_fails_leg (int err);
 
 /* Is this error a lost connection or a timeout (the leg is gone, not
  * merely refusing a request)?
  */
-extern bool errno_is_disconnect (int err);
+extern bool state_errno_is_disconnect (int err);
 
 /* Is this error a refusal of the request itself, which the leg answered
  * without touching its data (a bad request, a read-only export, an
  * unsupported command)?
  */
-extern bool errno_is_refusal (int err);
+extern bool state_errno_is_refusal (int err);
 
 /* Map a leg's error to what the client is told. */
-extern int errno_for_client (int err);
+extern int state_errno_for_client (int err);
 
 /* May a leg move from one state to another? */
-extern bool leg_move_allowed (enum leg_state from, enum leg_state to);
+extern bool state_move_allowed (enum leg_state from, enum leg_state to);
 
 /* Does a leg in this state receive writes (uptodate or syncing)? */
-extern bool leg_state_writing (enum leg_state s);
+extern bool state_writing (enum leg_state s);
 
 /* The membership word (epoch 0) of legs in these states, with these
  * absent slots: uptodate = the legs in LEG_UPTODATE, writing = the legs
  * in LEG_UPTODATE or LEG_SYNCING.
  */
-extern uint64_t membership_compute (const enum leg_state *states,
+extern uint64_t state_membership (const enum leg_state *states,
                                     size_t nr_legs, uint16_t absent);
 
 /* The absent slots after a leg holding slot (-1: none) moves from one
  * state to another.
  */
-extern uint16_t absent_after_move (uint16_t absent, enum leg_state from,
+extern uint16_t state_absent_after_move (uint16_t absent, enum leg_state from,
                                    enum leg_state to, int slot,
                                    bool metadata);
 

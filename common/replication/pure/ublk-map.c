@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* The ublk frontend's pure decisions (unit tested by tests/unit-ublk.c).
  *
- * Device parameters (ublk_derive), from engine_block_size and friends:
+ * Device parameters (ublk_map_derive), from engine_block_size and friends:
  *   logical block   the engine's minimum, at least 512, rounded up to a
  *                   power of two; more than 4096 is refused (ublk takes
  *                   at most a page);
@@ -30,7 +30,7 @@
  * the end or a length the engine cannot take is refused with an errno
  * the block layer knows.
  *
- * An existing device (ublk_decide) is recovered only if it was made
+ * An existing device (ublk_map_decide) is recovered only if it was made
  * with user recovery and re-issue, carries this volume's stamp (a
  * volume without metadata has none, and then only the size is
  * compared), has no live server, and has the volume's size.
@@ -89,7 +89,7 @@ shift_of (uint32_t pow2)
 
 /* The ADD_DEV information and SET_PARAMS parameters (see the note). */
 int
-ublk_derive (const struct ublk_engine_limits *lim, unsigned id,
+ublk_map_derive (const struct ublk_engine_limits *lim, unsigned id,
              unsigned queues, unsigned depth, uint64_t stamp,
              struct ublksrv_ctrl_dev_info *info, struct ublk_params *params,
              char *err, size_t errlen)
@@ -198,7 +198,7 @@ ublk_map_request (const struct ublksrv_io_desc *iod, uint64_t dev_bytes,
 
 /* The result for the kernel (see ublk.h). */
 int32_t
-ublk_result (const struct ublk_call *call, int r, int err)
+ublk_map_result (const struct ublk_call *call, int r, int err)
 {
   if (r == -1)
     return -(err > 0 ? err : EIO);
@@ -209,7 +209,7 @@ ublk_result (const struct ublk_call *call, int r, int err)
 
 /* What to do with an existing device (see the note). */
 enum ublk_takeover
-ublk_decide (const struct ublk_found *found, uint64_t stamp,
+ublk_map_decide (const struct ublk_found *found, uint64_t stamp,
              uint64_t dev_bytes, char *why, size_t len)
 {
   const struct ublksrv_ctrl_dev_info *info = found->info;
@@ -256,7 +256,7 @@ ublk_decide (const struct ublk_found *found, uint64_t stamp,
 
 /* The state words of the status. */
 const char *
-ublk_state_name (enum ublk_state s)
+ublk_map_state_name (enum ublk_state s)
 {
   static const char *const names[] = {
     [UBLK_STATE_STARTING] = "starting",

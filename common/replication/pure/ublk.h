@@ -52,7 +52,7 @@ struct ublk_engine_limits {
 /* Fill the ADD_DEV information and the SET_PARAMS parameters of a new
  * device from the engine's limits.  Returns 0, or -1 with a message.
  */
-extern int ublk_derive (const struct ublk_engine_limits *lim,
+extern int ublk_map_derive (const struct ublk_engine_limits *lim,
                         unsigned id, unsigned queues, unsigned depth,
                         uint64_t stamp,
                         struct ublksrv_ctrl_dev_info *info,
@@ -83,7 +83,7 @@ extern int ublk_map_request (const struct ublksrv_io_desc *iod,
  * with err set): bytes for reads and writes, 0 for the others, or a
  * negative errno.
  */
-extern int32_t ublk_result (const struct ublk_call *call, int r, int err);
+extern int32_t ublk_map_result (const struct ublk_call *call, int r, int err);
 
 /* What to do with device ID as found by GET_DEV_INFO. */
 enum ublk_takeover {
@@ -105,7 +105,7 @@ struct ublk_found {
 /* Decide what to do with an existing device (or none) for a volume of
  * dev_bytes bytes stamped `stamp`.  UBLK_REFUSE comes with a message.
  */
-extern enum ublk_takeover ublk_decide (const struct ublk_found *found,
+extern enum ublk_takeover ublk_map_decide (const struct ublk_found *found,
                                        uint64_t stamp, uint64_t dev_bytes,
                                        char *why, size_t len);
 
@@ -115,6 +115,6 @@ enum ublk_state {
   UBLK_STATE_STOPPING, UBLK_STATE_KEPT, UBLK_STATE_DELETED,
   UBLK_STATE_FAILED,
 };
-extern const char *ublk_state_name (enum ublk_state s);
+extern const char *ublk_map_state_name (enum ublk_state s);
 
 #endif /* REPLICATE_UBLK_H */

@@ -3,7 +3,7 @@
  *
  * Life cycle: conn_connect (blocking, with a deadline: libnbd does the
  * handshake, TLS included (tls.c); then, unless the connection is TLS,
- * the engine's wire takes over its commands) -> conn_attach (poller.c:
+ * the engine's wire takes over its commands) -> poller_attach (poller.c:
  * the volume's poller drives it from now on) -> requests ->
  * conn_shutdown (abort: the socket is shut down, the wire or libnbd
  * fails every command in flight) -> conn_close (detached from the
@@ -244,7 +244,7 @@ conn_shutdown (struct conn *c)
   if (shutdown (c->fd, how) == -1 && errno != ENOTCONN)
     nbdkit_debug ("shutdown: %m");
   if (how == SHUT_WR)
-    conn_want_abort (c);
+    poller_want_abort (c);
 }
 
 /* Say goodbye (NBD_CMD_DISC) to a live server, waiting at most a
@@ -306,7 +306,7 @@ conn_close (struct conn *c)
 
   if (c == NULL)
     return;
-  conn_detach (c);
+  poller_detach (c);
   abrupt = ended_abruptly (c);
   if (abrupt)
     how = drain_how_of (c);

@@ -207,7 +207,7 @@ wake_issuer (struct ioreq *r)
  * connection dies under it) drains the list afterwards.
  */
 void
-conn_wake_deferred (struct conn *c)
+ioreq_wake_deferred (struct conn *c)
 {
   struct ioreq *r;
 
@@ -449,7 +449,7 @@ issue (struct conn *c, const struct leg_cmd *cmd, struct ioslot *s)
   if (c->wire)
     return issue_wire (c, cmd, s);
   if (issue_libnbd (c, cmd, s) != -1) {
-    conn_kick_if_needed (c);
+    poller_kick_if_needed (c);
     return 0;
   }
   e = nbd_get_errno ();
@@ -541,7 +541,7 @@ ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
     atomic_fetch_sub (&l->inflight, 1);
     finish_leg (r, li, e, NULL);
   }
-  conn_wake_deferred (s->conn);
+  ioreq_wake_deferred (s->conn);
   if (c == NULL)
     leg_leave (l);
 }
@@ -814,7 +814,7 @@ ioreq_leg_error (const struct ioreq *r, unsigned li)
  * or an errno.
  */
 int
-leg_sync_io (struct leg *l, const struct leg_cmd *cmd)
+ioreq_sync_io (struct leg *l, const struct leg_cmd *cmd)
 {
   struct ioreq r;
   int err;

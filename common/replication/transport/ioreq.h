@@ -31,7 +31,7 @@ extern void ioreq_wait (struct ioreq *r);
  * runs with that lock held, and a futex wake inside it would make every
  * worker issuing on the same connection wait for it.
  */
-extern void conn_wake_deferred (struct conn *c);
+extern void ioreq_wake_deferred (struct conn *c);
 
 /* One leg's command on connection s->conn is complete (libnbd's
  * callback, or the wire's reader): count it and record its result.
@@ -74,6 +74,6 @@ extern int ioreq_leg_error (const struct ioreq *r, unsigned li);
 extern void ioreq_destroy (struct ioreq *r);
 
 /* Run one command on one leg and wait (FUA made durable). */
-extern int leg_sync_io (struct leg *l, const struct leg_cmd *cmd);
+extern int ioreq_sync_io (struct leg *l, const struct leg_cmd *cmd);
 
 #endif /* REPLICATE_IOREQ_H */

@@ -217,7 +217,7 @@ leg_attach (struct leg *l)
 
   for (i = 0; i < l->nr_conns; ++i)
     if (l->conns[i]->poller == NULL &&
-        conn_attach (l->conns[i], l->v->poller) == -1)
+        poller_attach (l->conns[i], l->v->poller) == -1)
       return -1;
   return 0;
 }

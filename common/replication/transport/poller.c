@@ -7,7 +7,7 @@
  * queued).  The poller waits, with epoll, for any connection to become
  * readable, has the wire (or libnbd) read the replies and run the
  * completions, and then wakes the workers whose requests completed
- * (conn_wake_deferred: after libnbd has let go of the handle lock).
+ * (ioreq_wake_deferred: after libnbd has let go of the handle lock).
  * One thread for all legs means that replies from several legs
  * arriving together cost one wake-up of the poller, and more
  * connections per leg cost no more threads.
@@ -232,7 +232,7 @@ update_events (struct poller *p, struct conn *c, bool check_dead,
     c->events = want;
 }
 
-/* Abort up to max of the wires flagged for it (conn_want_abort),
+/* Abort up to max of the wires flagged for it (poller_want_abort),
  * outside p->lock (their completions run), but in this iteration,
  * which a detach waits for.  Returns how many were flagged.
  */
@@ -251,7 +251,7 @@ abort_flagged (struct poller *p, size_t max)
   }
   for (i = 0; i < n; ++i) {
     wire_abort (todo[i]);
-    conn_wake_deferred (todo[i]);
+    ioreq_wake_deferred (todo[i]);
     update_events (p, todo[i], true, false);
   }
   return n;
@@ -300,7 +300,7 @@ handle_conn (struct poller *p, struct conn *c, uint32_t events)
       wire_on_readable (c);
     if (events & EPOLLOUT)
       wire_on_writable (c);
-    conn_wake_deferred (c);
+    ioreq_wake_deferred (c);
     update_events (p, c, true, false);
     return;
   }
@@ -308,14 +308,14 @@ handle_conn (struct poller *p, struct conn *c, uint32_t events)
     r = nbd_aio_notify_read (c->nbd);
   else if (events & EPOLLOUT)
     r = nbd_aio_notify_write (c->nbd);
-  conn_wake_deferred (c);
+  ioreq_wake_deferred (c);
   retire_failed (c);
   update_events (p, c, r == -1 || (events & (EPOLLHUP | EPOLLERR)), true);
 }
 
 /* The iteration's events are handled: stop deferring issuers' sends,
  * then send what they queued meanwhile, if anybody did.  Clearing busy
- * before reading deferred pairs with conn_defer_send, which sets
+ * before reading deferred pairs with poller_defer_send, which sets
  * deferred before it reads busy, so a deferred command is always seen
  * here.
  */
@@ -569,7 +569,7 @@ poller_release (struct poller *p)
 
 /* Register a connection. */
 int
-conn_attach (struct conn *c, struct poller *p)
+poller_attach (struct conn *c, struct poller *p)
 {
   struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&p->lock);
@@ -596,7 +596,7 @@ conn_attach (struct conn *c, struct poller *p)
  * it any more.
  */
 void
-conn_detach (struct conn *c)
+poller_detach (struct conn *c)
 {
   struct poller *p = c->poller;
   uint64_t loops;
@@ -627,7 +627,7 @@ conn_detach (struct conn *c)
  * the wire's lock while an issuer sends)?
  */
 bool
-conn_nobody_drives (const struct conn *c)
+poller_nobody_drives (const struct conn *c)
 {
   return c->poller == NULL || !atomic_load (&c->poller->driving);
 }
@@ -641,7 +641,7 @@ conn_nobody_drives (const struct conn *c)
  * the issuer one load.
  */
 bool
-conn_defer_send (const struct conn *c)
+poller_defer_send (const struct conn *c)
 {
   struct poller *p = c->poller;
 
@@ -656,7 +656,7 @@ conn_defer_send (const struct conn *c)
  * (wire_abort).  Any thread.
  */
 void
-conn_want_abort (struct conn *c)
+poller_want_abort (struct conn *c)
 {
   if (c->poller) {
     atomic_store (&c->want_abort, true);
@@ -669,7 +669,7 @@ conn_want_abort (struct conn *c)
  * to be writable.
  */
 void
-conn_want_write (struct conn *c)
+poller_want_write (struct conn *c)
 {
   if (c->poller) {
     atomic_store (&c->want_write, true);
@@ -681,8 +681,8 @@ conn_want_write (struct conn *c)
  * to send, have the poller wait for the socket to be writable.
  */
 void
-conn_kick_if_needed (struct conn *c)
+poller_kick_if_needed (struct conn *c)
 {
   if (nbd_aio_get_direction (c->nbd) & LIBNBD_AIO_DIRECTION_WRITE)
-    conn_want_write (c);
+    poller_want_write (c);
 }

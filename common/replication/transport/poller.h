@@ -68,37 +68,37 @@ extern void poller_look (struct poller *p);
 extern int replicate_debug_lead;
 
 /* Register a connection. */
-extern int conn_attach (struct conn *c, struct poller *p);
+extern int poller_attach (struct conn *c, struct poller *p);
 
 /* Unregister a connection and wait until the poller cannot be using it
  * any more.
  */
-extern void conn_detach (struct conn *c);
+extern void poller_detach (struct conn *c);
 
 /* After issuing a command through libnbd: if libnbd is left with bytes
  * to send, have the poller wait for the socket to be writable.
  */
-extern void conn_kick_if_needed (struct conn *c);
+extern void poller_kick_if_needed (struct conn *c);
 
 /* An issuer left bytes to send: have the poller wait for the socket to
  * be writable.
  */
-extern void conn_want_write (struct conn *c);
+extern void poller_want_write (struct conn *c);
 
 /* An aborted wire on TCP, whose socket is not shut down for reading
  * (conn_shutdown, or a send error): have the driver fail its commands
  * (wire_abort).
  */
-extern void conn_want_abort (struct conn *c);
+extern void poller_want_abort (struct conn *c);
 
 /* An issuer has queued a command: should it leave the sending to the
  * connection's driver, in the middle of an iteration?
  */
-extern bool conn_defer_send (const struct conn *c);
+extern bool poller_defer_send (const struct conn *c);
 
 /* Is nobody driving the connection's poller (so no reader can want the
  * wire's lock while an issuer sends)?
  */
-extern bool conn_nobody_drives (const struct conn *c);
+extern bool poller_nobody_drives (const struct conn *c);
 
 #endif /* REPLICATE_POLLER_H */

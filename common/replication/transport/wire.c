@@ -78,7 +78,7 @@
  * libnbd.  On TCP the socket is shut down for sending only, so that
  * the server's late replies are received rather than answered with a
  * reset (drain.c reads them to the server's FIN): an abort, or a send
- * error, has the driver run wire_abort instead (conn_want_abort), and
+ * error, has the driver run wire_abort instead (poller_want_abort), and
  * a send or receive error is remembered (wire_saw_error).
  *
  * Lock order: w->lock is a leaf; completions run without it.  Nobody
@@ -357,7 +357,7 @@ push (struct conn *c)
   int r = flush_queue (w);
 
   if (r == -1 && w->tcp)
-    conn_want_abort (c);
+    poller_want_abort (c);
   else if (r == -1)
     shutdown (w->fd, SHUT_RDWR);
   return r == 0;
@@ -442,20 +442,20 @@ wire_issue (struct conn *c, uint16_t type, uint16_t flags, void *buf,
      * dropped only if nothing is queued before it, nobody holds the
      * queue and the driver is not in the middle of an iteration: else
      * the cork's owner, the sender at work, EPOLLOUT or the driver at
-     * the end of its iteration (conn_defer_send) sends it.
+     * the end of its iteration (poller_defer_send) sends it.
      */
     if (k == NULL && !w->corked && w->out_head == NO_ENTRY &&
-        !atomic_load (&w->sending) && conn_nobody_drives (c) &&
+        !atomic_load (&w->sending) && poller_nobody_drives (c) &&
         send_alone (w, i))
       return 0;
     enqueue (w, i);
     if ((k && cork_hold (k, c)) || w->corked || w->out_head != i ||
-        conn_defer_send (c))
+        poller_defer_send (c))
       return 0;
     want = push (c);
   }
   if (want)
-    conn_want_write (c);
+    poller_want_write (c);
   return 0;
 }
 
@@ -487,7 +487,7 @@ wire_uncork (struct wire_cork *k)
       want = push (c);
     }
     if (want)
-      conn_want_write (c);
+      poller_want_write (c);
     leg_leave (c->leg);         /* the last access to c */
   }
   k->n = 0;

@@ -120,7 +120,7 @@ struct ublk {
   bool ioctl_encode;            /* opcodes in their ioctl encoding */
   int cdev_fd;                  /* /dev/ublkcID */
 
-  /* A new device's information and parameters (ublk_derive). */
+  /* A new device's information and parameters (ublk_map_derive). */
   struct ublksrv_ctrl_dev_info want;
   struct ublk_params params;
   uint64_t dev_bytes;

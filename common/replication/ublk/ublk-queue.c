@@ -278,7 +278,7 @@ started_done (struct engine_aio *a)
     hand_over (t->q, &t->q->tails, t, t, 1);
     return;
   }
-  t->result = ublk_result (&t->call, a->err ? -1 : 0, a->err);
+  t->result = ublk_map_result (&t->call, a->err ? -1 : 0, a->err);
   t->state = TAG_DONE;
   post_done (t->q, t);
 }
@@ -564,7 +564,7 @@ serve (struct ublk *u, const struct ublk_tag *t)
   int err = 0, r;
 
   r = call_engine (u, &t->call, t->buf, &err);
-  return ublk_result (&t->call, r, err);
+  return ublk_map_result (&t->call, r, err);
 }
 
 /* A worker thread: synchronous engine calls. */
@@ -594,7 +594,7 @@ finisher_thread (void *arg)
 
   while ((t = next_tag (q, &q->tails)) != NULL) {
     engine_aio_finish (&t->aio);
-    t->result = ublk_result (&t->call, t->aio.err ? -1 : 0, t->aio.err);
+    t->result = ublk_map_result (&t->call, t->aio.err ? -1 : 0, t->aio.err);
     t->state = TAG_DONE;
     post_done (q, t);
   }

@@ -28,7 +28,7 @@
  *
  * Start (ublk_start, last in engine_after_fork: the election, the
  * activity-log recovery and the engine's threads are done).  GET_DEV_INFO
- * on ID, then ublk_decide (ublk-map.c):
+ * on ID, then ublk_map_decide (ublk-map.c):
  *   - no device: ADD_DEV (USER_RECOVERY | USER_RECOVERY_REISSUE, the
  *     volume's stamp), SET_PARAMS, open /dev/ublkcID, start the queues
  *     (each FETCHes all its tags), START_DEV;
@@ -291,7 +291,7 @@ derive_device (struct ublk *u)
   char err[256];
 
   engine_block_size (v, &lim.min_block, &lim.pref_block, &lim.max_block);
-  if (ublk_derive (&lim, u->id, u->cfg.queues, u->cfg.depth,
+  if (ublk_map_derive (&lim, u->id, u->cfg.queues, u->cfg.depth,
                    u->stamp, &u->want, &u->params, err, sizeof err) == -1) {
     nbdkit_error ("ublk=%u: %s", u->id, err);
     return -1;
@@ -430,7 +430,7 @@ take_device (struct ublk *u)
 
     if (probe_device (u, &info, &found) == -1)
       return -1;
-    switch (ublk_decide (&found, u->stamp, u->dev_bytes, why, sizeof why)) {
+    switch (ublk_map_decide (&found, u->stamp, u->dev_bytes, why, sizeof why)) {
     case UBLK_ADD:
       return add_device (u);
     case UBLK_RECOVER:
@@ -633,7 +633,7 @@ ublk_status_json (struct volume *v, void *frontend)
   snprintf (device, sizeof device, "/dev/ublkb%d", cfg.id);
   return json_pack ("{s:s, s:i, s:s, s:i, s:i, s:I, s:I, s:I, s:b, s:b}",
                     "device", device, "id", cfg.id,
-                    "state", ublk_state_name (state),
+                    "state", ublk_map_state_name (state),
                     "queues", queues, "depth", depth,
                     "inflight", (json_int_t) inflight,
                     "requests", (json_int_t) requests,
