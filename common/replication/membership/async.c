@@ -55,8 +55,10 @@
  * bitmap; the sender then drops what is queued and unflushed the same
  * way, and waits until the leg receives writes again (async_resume).
  *
- * Lock order: aq->lock is a leaf; nothing is called with it held but
- * the condition variables.  The sender takes no lock across I/O.
+ * Lock order: v->lock -> aq->lock (the monitor and status look at the
+ * queue under v->lock), and aq->lock is a leaf: nothing that takes
+ * another lock is called with it held.  The sender takes no lock
+ * across I/O.
  */
 
 #include <config.h>
@@ -120,6 +122,7 @@ struct async_leg {
   bool dropping;                /* behind or failed: mark, do not queue */
   bool catching_up;             /* a resync runs: never pull ahead */
   bool busy;                    /* the sender has a batch out */
+  bool idle_told;               /* the monitor knows it is idle */
   bool stop;
   uint64_t pull_aheads;         /* times it fell behind */
 
@@ -238,6 +241,17 @@ mark_and_release (struct async_leg *aq, struct aentry *e)
     al_release (v->al, e->offset, e->count);
 }
 
+/* Free a list of entries. */
+static void
+free_list (struct aentry *e)
+{
+  while (e) {
+    struct aentry *next = e->next;
+    free (e);
+    e = next;
+  }
+}
+
 /* Mark and free a list of entries (see mark_and_release). */
 static void
 drop_list (struct async_leg *aq, struct aentry *e)
@@ -266,6 +280,7 @@ leave_receiving (struct async_leg *aq, const char *why)
    */
   if (atomic_load (&l->state) != LEG_SYNCING)
     return;
+  l->want_full = false;         /* its bitmap says what it lacks */
   member_set_state (v, l, LEG_STALE, why);
 }
 
@@ -284,6 +299,7 @@ start_dropping_locked (struct async_leg *aq)
       aq->lag_bytes -= p->count;
   }
   aq->dropping = true;
+  aq->idle_told = false;
   aq->epoch_open = false;
   pthread_cond_broadcast (&aq->room);
   return e;
@@ -393,6 +409,22 @@ async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
   mark_unqueued (aq, cmd);
 }
 
+/* Queue the marker that ends the current epoch, if anything was
+ * queued since the last one.  aq->lock held.
+ */
+static void
+cut_epoch_locked (struct async_leg *aq)
+{
+  struct aentry *e;
+
+  if (!aq->epoch_open || (e = calloc (1, sizeof *e)) == NULL)
+    return;
+  e->op = OP_FLUSH;
+  e->enq_ns = now_ns ();
+  queue_locked (aq, e);
+  aq->epoch_open = false;
+}
+
 /* End the current epoch of every asynchronous leg receiving writes (a
  * client flush, or the engine's own).
  */
@@ -404,16 +436,10 @@ async_cut_epochs (struct volume *v)
 
   for (; legs != 0; legs &= legs - 1) {
     struct async_leg *aq = v->legs[__builtin_ctz (legs)].aq;
-    struct aentry *e;
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
 
-    if (!aq->epoch_open || aq->dropping ||
-        (e = calloc (1, sizeof *e)) == NULL)
-      continue;
-    e->op = OP_FLUSH;
-    e->enq_ns = now_ns ();
-    queue_locked (aq, e);
-    aq->epoch_open = false;
+    if (!aq->dropping)
+      cut_epoch_locked (aq);
   }
 }
 
@@ -558,8 +584,10 @@ write_recovery_point (struct async_leg *aq, uint64_t newest_ns)
   return failed ? -1 : 0;
 }
 
-/* The leg failed under the sender: record it, then drop everything.
- * aq->lock held, dropped around the work.
+/* The leg failed under the sender: record it (before anything is
+ * dropped, so that no writer finds the queue dropping while the leg is
+ * still syncing), then drop everything.  aq->lock held, dropped around
+ * the work.
  */
 static void
 sender_failed_locked (struct async_leg *aq, struct aentry **batch, size_t n,
@@ -568,17 +596,19 @@ sender_failed_locked (struct async_leg *aq, struct aentry **batch, size_t n,
   struct aentry *dropped, *unflushed;
   size_t i;
 
-  aq->lag_bytes = 0;
-  aq->oldest_unflushed_ns = 0;
-  aq->behind_since_ns = 0;
+  pthread_mutex_unlock (&aq->lock);
+  member_fail_leg (aq->v, aq->l, EPOCH_ANY, "asynchronous write failed: %s",
+                   strerror (err));
+  pthread_mutex_lock (&aq->lock);
   for (i = 0; i < n; ++i)
     aq->used -= entry_cost (batch[i]);
   dropped = start_dropping_locked (aq);
   unflushed = alist_take (&aq->unflushed);
+  aq->lag_bytes = 0;
+  aq->oldest_unflushed_ns = 0;
+  aq->behind_since_ns = 0;
   pthread_mutex_unlock (&aq->lock);
 
-  member_fail_leg (aq->v, aq->l, EPOCH_ANY, "asynchronous write failed: %s",
-                   strerror (err));
   for (i = 0; i < n; ++i) {
     mark_and_release (aq, batch[i]);
     free (batch[i]);
@@ -586,7 +616,6 @@ sender_failed_locked (struct async_leg *aq, struct aentry **batch, size_t n,
   drop_list (aq, unflushed);
   drop_list (aq, dropped);
   pthread_mutex_lock (&aq->lock);
-  aq->lag_bytes = 0;
   pthread_cond_broadcast (&aq->room);
 }
 
@@ -615,8 +644,16 @@ sender (void *arg)
 
     n = take_batch (aq, batch, &marker);
     if (n == 0 && !flush_due_locked (aq, marker)) {
-      if (aq->dropping && aq->unflushed.head == NULL)
-        member_wake_monitor (aq->v);    /* idle: catching up may start */
+      if (aq->dropping && aq->unflushed.head == NULL && !aq->idle_told) {
+        /* Idle: catching up may start.  The monitor takes v->lock,
+         * which comes before aq->lock.
+         */
+        aq->idle_told = true;
+        pthread_mutex_unlock (&aq->lock);
+        member_wake_monitor (aq->v);
+        pthread_mutex_lock (&aq->lock);
+        continue;
+      }
       if (!marker)
         pthread_cond_wait (&aq->work, &aq->lock);
       continue;
@@ -673,7 +710,6 @@ void
 async_stop (struct async_leg *aq, double timeout)
 {
   uint64_t deadline = now_ns () + (uint64_t) (timeout * 1e9);
-  struct aentry *left, *unflushed;
 
   if (!aq->running)
     return;
@@ -698,18 +734,8 @@ async_stop (struct async_leg *aq, double timeout)
   /* Not flushed: their extents stay hot (never released), so the log
    * still names them when the engine stops.
    */
-  left = alist_take (&aq->queue);
-  unflushed = alist_take (&aq->unflushed);
-  while (left) {
-    struct aentry *next = left->next;
-    free (left);
-    left = next;
-  }
-  while (unflushed) {
-    struct aentry *next = unflushed->next;
-    free (unflushed);
-    unflushed = next;
-  }
+  free_list (alist_take (&aq->queue));
+  free_list (alist_take (&aq->unflushed));
 }
 
 /* The leg receives writes again (a resync of its bitmap starts):
@@ -752,14 +778,8 @@ async_drain (struct async_leg *aq)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
   uint64_t target = aq->enq_seq;
-  struct aentry *e;
 
-  if (aq->epoch_open && (e = calloc (1, sizeof *e)) != NULL) {
-    e->op = OP_FLUSH;
-    e->enq_ns = now_ns ();
-    queue_locked (aq, e);
-    aq->epoch_open = false;
-  }
+  cut_epoch_locked (aq);
   while (!aq->dropping && !aq->stop &&
          (aq->queue.head || aq->unflushed.head || aq->busy) &&
          aq->flushed_seq < target)
