@@ -349,6 +349,15 @@ membership_load (struct volume *v)
   return atomic_load (&v->membership);
 }
 
+/* The out-of-sync bitmap of a slot, or NULL (allocated once, published
+ * whole by member_alloc_bitmap; read without a lock).
+ */
+static inline struct bitmap *
+volume_bitmap (struct volume *v, unsigned slot)
+{
+  return __atomic_load_n (&v->bitmaps[slot], __ATOMIC_ACQUIRE);
+}
+
 /* The synchronous legs among a set (asynchronous legs take writes
  * through their queues, never in a request's fan-out).
  */

@@ -103,6 +103,7 @@ static json_t *
 async_json (struct volume *v, struct leg *l)
 {
   struct async_status st;
+  struct bitmap *b;
   const char *state;
   uint64_t lag;
 
@@ -112,8 +113,8 @@ async_json (struct volume *v, struct leg *l)
   state = async_state_name (l);
   lag = st.lag_bytes;
   if (strcmp (state, "replicating") != 0 && l->slot >= 0 &&
-      v->bitmaps[l->slot] != NULL)
-    lag += bitmap_count (v->bitmaps[l->slot]) * (uint64_t) v->cfg.chunk;
+      (b = volume_bitmap (v, (unsigned) l->slot)) != NULL)
+    lag += bitmap_count (b) * (uint64_t) v->cfg.chunk;
   return json_pack ("{s:s, s:I, s:f, s:I, s:I, s:s, s:b, s:I}",
                     "state", state,
                     "lag_bytes", (json_int_t) lag,

@@ -69,9 +69,9 @@ io_mark_absent (struct volume *v, uint16_t absent, uint64_t offset,
   uint64_t last = (offset + count - 1) / v->cfg.chunk;
 
   for (; absent != 0; absent &= absent - 1) {
-    unsigned s = (unsigned) __builtin_ctz (absent);
-    if (v->bitmaps[s] != NULL)
-      bitmap_mark_range (v->bitmaps[s], first, last);
+    struct bitmap *b = volume_bitmap (v, (unsigned) __builtin_ctz (absent));
+    if (b != NULL)
+      bitmap_mark_range (b, first, last);
   }
 }
 

@@ -241,6 +241,20 @@ async_free (struct async_leg *aq)
   free (aq);
 }
 
+/* Mark [offset, offset+count) in the leg's bitmap. */
+static void
+mark_range (struct async_leg *aq, uint64_t offset, uint32_t count)
+{
+  struct volume *v = aq->v;
+  struct bitmap *b;
+
+  if (aq->l->slot < 0 || count == 0 ||
+      (b = volume_bitmap (v, (unsigned) aq->l->slot)) == NULL)
+    return;
+  bitmap_mark_range (b, offset / v->cfg.chunk,
+                     (offset + count - 1) / v->cfg.chunk);
+}
+
 /* Mark an entry's range in the leg's bitmap (its slot is assigned:
  * the leg received writes), then let its activity-log extents go.
  */
@@ -248,13 +262,10 @@ static void
 mark_and_release (struct async_leg *aq, struct aentry *e)
 {
   struct volume *v = aq->v;
-  int slot = aq->l->slot;
 
   if (e->op == OP_FLUSH)
     return;
-  if (slot >= 0 && v->bitmaps[slot] != NULL)
-    bitmap_mark_range (v->bitmaps[slot], e->offset / v->cfg.chunk,
-                       (e->offset + e->count - 1) / v->cfg.chunk);
+  mark_range (aq, e->offset, e->count);
   if (v->al && !e->released)
     al_release (v->al, e->offset, e->count);
 }
@@ -344,15 +355,8 @@ pull_ahead (struct async_leg *aq, struct aentry *dropped)
 static void
 mark_unqueued (struct async_leg *aq, const struct leg_cmd *cmd)
 {
-  struct aentry e = { .op = cmd->op, .offset = cmd->offset,
-                      .count = cmd->count };
-  struct volume *v = aq->v;
-  int slot = aq->l->slot;
-
   leave_receiving (aq, "asynchronous leg dropping writes");
-  if (slot >= 0 && v->bitmaps[slot] != NULL)
-    bitmap_mark_range (v->bitmaps[slot], e.offset / v->cfg.chunk,
-                       (e.offset + e.count - 1) / v->cfg.chunk);
+  mark_range (aq, cmd->offset, cmd->count);
 }
 
 /* A new entry for a client command (data copied). */
@@ -525,9 +529,9 @@ async_shed (struct volume *v)
                      "ahead");
     drop_list (aq, dropped);
     for (i = 0; i < nr; ++i) {
-      struct aentry e = { .op = OP_WRITE, .offset = r[i].offset,
-                          .count = r[i].count };
-      mark_and_release (aq, &e);
+      mark_range (aq, r[i].offset, r[i].count);
+      if (v->al)
+        al_release (v->al, r[i].offset, r[i].count);
     }
     free (r);
     member_wake_monitor (v);

@@ -309,24 +309,26 @@ member_alloc_bitmap (struct volume *v, unsigned slot)
 {
   uint64_t bits = v->metadata ? v->layout.nr_chunks
                               : (v->size + v->cfg.chunk - 1) / v->cfg.chunk;
+  struct bitmap *b;
+  uint64_t *seq = NULL;
 
-  if (v->bitmaps[slot] != NULL)
+  if (volume_bitmap (v, slot) != NULL)
     return 0;
-  v->bitmaps[slot] = calloc (1, sizeof *v->bitmaps[slot]);
-  if (v->bitmaps[slot] == NULL ||
-      bitmap_init (v->bitmaps[slot], bits) == -1) {
+  b = calloc (1, sizeof *b);
+  if (v->metadata)
+    seq = calloc (v->layout.bm_pages, sizeof *seq);
+  if (b == NULL || (v->metadata && seq == NULL) ||
+      bitmap_init (b, bits) == -1) {
     nbdkit_error ("bitmap: %m");
-    free (v->bitmaps[slot]);
-    v->bitmaps[slot] = NULL;
+    free (b);
+    free (seq);
     return -1;
   }
-  if (v->metadata) {
-    v->bm_seq[slot] = calloc (v->layout.bm_pages, sizeof *v->bm_seq[slot]);
-    if (v->bm_seq[slot] == NULL) {
-      nbdkit_error ("calloc: %m");
-      return -1;
-    }
-  }
+  /* Published whole: the page writer and the data path read the
+   * pointer without a lock.
+   */
+  v->bm_seq[slot] = seq;
+  __atomic_store_n (&v->bitmaps[slot], b, __ATOMIC_RELEASE);
   return 0;
 }
 

@@ -226,7 +226,7 @@ metaio_load_bitmap (struct volume *v, unsigned slot, uint16_t legs)
       }
       bm_page_pick (buf, v->sb.volume_uuid, slot, (uint32_t) p, bm_gen,
                     &seq, words);
-      bitmap_page_or (v->bitmaps[slot], p, words);
+      bitmap_page_or (volume_bitmap (v, slot), p, words);
       {
         /* The page writer reads and bumps bm_seq under this lock. */
         ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->bm_write_lock);
@@ -342,8 +342,8 @@ void
 metaio_set_bm_gen (struct volume *v, unsigned s, struct gen g)
 {
   v->sb.slots[s].bm_gen = g;
-  if (v->bitmaps[s] != NULL)
-    bitmap_mark_all_dirty (v->bitmaps[s]);
+  if (volume_bitmap (v, s) != NULL)
+    bitmap_mark_all_dirty (volume_bitmap (v, s));
 }
 
 /* Record that leg l no longer receives writes (see metaio.h). */
@@ -353,11 +353,11 @@ metaio_record_absent (struct volume *v, struct leg *l, bool was_uptodate,
 {
   struct sb_slot *s;
 
-  if (l->slot < 0 || v->bitmaps[l->slot] == NULL)
+  if (l->slot < 0 || volume_bitmap (v, (unsigned) l->slot) == NULL)
     return;
   s = &v->sb.slots[l->slot];
   if (!flushed)
-    al_or_hot_into (v->al, v->bitmaps[l->slot]);
+    al_or_hot_into (v->al, volume_bitmap (v, (unsigned) l->slot));
   if (was_uptodate) {
     s->flags &= ~SLOT_MEMBER;
     metaio_set_bm_gen (v, (unsigned) l->slot, l->gen);
@@ -545,8 +545,8 @@ encode_page (struct volume *v, unsigned s, uint64_t p, uint8_t *buf)
 {
   uint64_t words[BM_PAGE_WORDS];
 
-  bitmap_page_take_dirty (v->bitmaps[s], p);
-  bitmap_page_get (v->bitmaps[s], p, words);
+  bitmap_page_take_dirty (volume_bitmap (v, s), p);
+  bitmap_page_get (volume_bitmap (v, s), p, words);
   v->bm_seq[s][p]++;
   bm_page_encode (buf, v->bm_seq[s][p], v->sb.volume_uuid, s, (uint32_t) p,
                   v->sb.slots[s].bm_gen, words);
@@ -610,13 +610,13 @@ write_bitmaps (struct volume *v, uint16_t legs, bool all)
     return legs;
   for (s = 0; s < MAX_LEGS; ++s) {
     uint64_t p;
-    if (v->bitmaps[s] == NULL ||
+    if (volume_bitmap (v, s) == NULL ||
         !(__atomic_load_n (&v->sb.slots[s].flags, __ATOMIC_RELAXED) &
           SLOT_ASSIGNED))
       continue;
-    for (p = all ? 0 : bitmap_next_dirty_page (v->bitmaps[s], 0);
+    for (p = all ? 0 : bitmap_next_dirty_page (volume_bitmap (v, s), 0);
          p < v->layout.bm_pages;
-         p = all ? p + 1 : bitmap_next_dirty_page (v->bitmaps[s], p + 1)) {
+         p = all ? p + 1 : bitmap_next_dirty_page (volume_bitmap (v, s), p + 1)) {
       slots[n] = s;
       pages[n] = p;
       if (++n == PAGES_IN_FLIGHT) {
