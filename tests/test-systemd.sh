@@ -36,8 +36,9 @@ sx=("python3" "$abs_top_srcdir/tests/systemd-exec.py")
 mkdir "$tmpdir/units"
 cp "$units_build"/*@.service "$units_src"/*@.socket "$units_src"/*@.timer \
    "$tmpdir/units/"
-installed_nbdrep=$("${sx[@]}" expand "$tmpdir/units/nbdrep-verify@.service" \
-                     vol ExecStart | head -n 1)
+mapfile -t argv < <("${sx[@]}" expand "$tmpdir/units/nbdrep-verify@.service" \
+                      vol ExecStart)
+installed_nbdrep=${argv[0]}
 test "$(basename "$installed_nbdrep")" = nbdrep
 sed -i "s|$installed_nbdrep|$NBDREP|g" "$tmpdir/units/"*
 ls "$tmpdir/units"
