@@ -119,7 +119,7 @@ struct tls_params;
 
 /* The --tls options of the subcommands that open a leg (inspect,
  * backup): the plugins' tls parameters, parsed by config_set_tls and
- * applied by tls_setup_handle (common/replication/tls.c).  Put
+ * applied by tls_setup_handle (common/replication/transport/tls.c).  Put
  * TLS_LONG_OPTIONS in the getopt table, give every option to
  * tls_option, and add TLS_OPTIONS_HELP to the --help text.
  */

@@ -30,13 +30,13 @@ seconds=${FUZZ_SECONDS:-60}
 flags=(-g -O1 -fsanitize=fuzzer,address,undefined
        -fno-sanitize-recover=undefined
        "-I$builddir" "-I$srcdir/common/utils" "-I$srcdir/common/mdformat"
-       "-I$srcdir/common/replication")
+       "-I$srcdir/common/replication" "-I$srcdir/common/replication/pure")
 
 # The sources of each target (relative to the source tree) and the
 # libraries it links.
 declare -A sources=(
   [fuzz-meta]="common/mdformat/fuzz-meta.c common/mdformat/meta.c common/utils/crc32c.c"
-  [fuzz-control]="tests/fuzz-control.c common/replication/ctlreq.c"
+  [fuzz-control]="tests/fuzz-control.c common/replication/pure/ctlreq.c"
 )
 declare -A libs=(
   [fuzz-meta]=""

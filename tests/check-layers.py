@@ -3,11 +3,11 @@
 #
 # check-layers.py MAP OBJDIR: check the engine's layering (MAP:
 # common/replication/layers.txt, which says the rule) against what its
-# objects in OBJDIR (libreplication_la-FILE.o) define and use, read with
-# nm.  Fails, naming the functions, on a call from a file to a file of a
-# higher layer, on a cycle of calls inside a layer not marked "cycles",
-# and on an object the map does not place (or a file it names that has
-# no object).  Prints the layers and their calls when it passes.
+# objects in OBJDIR (FOLDER/.libs/libFOLDER_la-FILE.o) define and use,
+# read with nm.  Fails, naming the functions, on a call from a file to a
+# file of a higher layer, on a cycle of calls inside a layer not marked
+# "cycles", on an object the map does not place (or a file it names that
+# has no object), and on a file outside the folder of its layer.  Prints the layers and their calls when it passes.
 
 import collections
 import glob
@@ -16,7 +16,6 @@ import re
 import subprocess
 import sys
 
-PREFIX = 'libreplication_la-'
 
 
 def read_map(path):
@@ -36,13 +35,14 @@ def read_map(path):
 
 
 def read_objects(objdir):
-    """(defined symbol -> file, file -> symbols it uses)."""
-    defs, uses = {}, {}
-    objs = sorted(glob.glob(os.path.join(objdir, PREFIX + '*.o')))
+    """(defined symbol -> file, file -> symbols it uses, file -> folder)."""
+    defs, uses, folder = {}, {}, {}
+    objs = sorted(glob.glob(os.path.join(objdir, '*', '.libs', 'lib*_la-*.o')))
     if not objs:
-        sys.exit('no %s*.o in %s: build the engine first' % (PREFIX, objdir))
+        sys.exit('no objects in %s: build the engine first' % objdir)
     for obj in objs:
-        name = os.path.basename(obj)[len(PREFIX):-2]
+        name = os.path.basename(obj).split('_la-', 1)[1][:-2]
+        folder[name] = os.path.basename(os.path.dirname(os.path.dirname(obj)))
         out = subprocess.run(['nm', obj], capture_output=True, text=True,
                              check=True).stdout
         uses[name] = set()
@@ -52,7 +52,7 @@ def read_objects(objdir):
                 defs[f[2]] = name
             elif len(f) == 2 and f[0] == 'U':
                 uses[name].add(f[1])
-    return defs, uses
+    return defs, uses, folder
 
 
 def calls(defs, uses):
@@ -105,7 +105,7 @@ def main():
     if len(sys.argv) != 3:
         sys.exit('usage: check-layers.py MAP OBJDIR')
     layers = read_map(sys.argv[1])
-    defs, uses = read_objects(sys.argv[2])
+    defs, uses, folder = read_objects(sys.argv[2])
     edges = calls(defs, uses)
     level = {}
     for i, (name, _, _, files) in enumerate(layers):
@@ -118,6 +118,10 @@ def main():
         problems.append('%s.c is in no layer of the map' % f)
     for f in sorted(set(level) - set(uses)):
         problems.append('the map names %s, which has no object' % f)
+    for f in sorted(set(level) & set(folder)):
+        if folder[f] != layers[level[f]][0]:
+            problems.append('%s.c is in %s/, not in the folder of its layer, '
+                            '%s/' % (f, folder[f], layers[level[f]][0]))
     for (a, b), syms in sorted(edges.items()):
         if a in level and b in level and level[b] > level[a]:
             problems.append('%s (%s) calls up into %s (%s): %s'

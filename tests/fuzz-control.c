@@ -21,8 +21,8 @@
  * make check-fuzz builds and runs it (tests/check-fuzz.sh); by hand,
  * keeping the products out of the tree:
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -I. \
- *     -Icommon/replication tests/fuzz-control.c \
- *     common/replication/ctlreq.c -ljansson -o /tmp/fuzz-control
+ *     -Icommon/replication/pure tests/fuzz-control.c \
+ *     common/replication/pure/ctlreq.c -ljansson -o /tmp/fuzz-control
  *   cp -r tests/fuzz-corpus/fuzz-control /tmp/corpus-control
  *   /tmp/fuzz-control -max_total_time=60 -max_len=70000 \
  *     -dict=tests/fuzz-corpus/fuzz-control.dict /tmp/corpus-control

@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: BSD-3-Clause
 #
 # The controller's side of backups (backup-begin and backup-end on the
-# control socket; common/replication/backup.c), driven by a raw control
-# connection (control-session.py) kept open as nbdrep backup keeps it:
+# control socket; common/replication/background/backup.c), driven by a
+# raw control connection (control-session.py) kept open as nbdrep backup
+# keeps it:
 #
 #  - three 64 MiB file legs: backup-begin holds leg 2 out as a
 #    point-in-time source (stale, hold "backup", the volume degraded);

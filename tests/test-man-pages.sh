@@ -4,9 +4,9 @@
 # The man pages: every .pod in the source tree passes podchecker without
 # an error or a warning and converts with pod2man; every page has the
 # sections NAME, SYNOPSIS, DESCRIPTION and SEE ALSO; and every parameter
-# key listed in CONFIG_HELP (common/replication/params.h) has an item in
-# both the plugin's and the filter's PARAMETERS, so that the pages cannot
-# fall behind the parameters.
+# key listed in CONFIG_HELP (common/replication/pure/params.h) has an
+# item in both the plugin's and the filter's PARAMETERS, so that the
+# pages cannot fall behind the parameters.
 
 source ./functions.sh
 set -e
@@ -17,7 +17,7 @@ requires command -v pod2man
 
 plugin_pod=$abs_top_srcdir/plugins/replicate/nbdkit-replicate-plugin.pod
 filter_pod=$abs_top_srcdir/filters/replicate/nbdkit-replicate-filter.pod
-params_h=$abs_top_srcdir/common/replication/params.h
+params_h=$abs_top_srcdir/common/replication/pure/params.h
 
 # Every .pod of the tree, not those of the sanitizer builds' copies
 # (quickstart makes them under _build-*) or of git's metadata.  The

@@ -3,7 +3,7 @@
 #
 # The activity logs written to a leg that joins a running controller
 # must be newer than those the leg holds from an earlier life (DESIGN.md
-# section 5; meta_learn_al_seq in metaio.c).  Of a log's two copies the
+# section 5; metaio_learn_al_seq in metaio.c).  Of a log's two copies the
 # one with the higher seq wins when it is read back after a crash; a leg
 # whose seq the controller took to be 0 kept its old log current, so
 # crash recovery would have read a stale list of hot extents from it.

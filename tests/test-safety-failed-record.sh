@@ -4,7 +4,7 @@
 # A write may be acknowledged only if the membership change it waited
 # for was recorded; a leg whose failure could not be recorded is never
 # uptodate again by itself (DESIGN.md section 13, judge_acknowledge in
-# io.c, meta_bump in metaio.c, judge_sb_locked in monitor.c).
+# io.c, metaio_bump in metaio.c, judge_sb_locked in monitor.c).
 #
 # Two file legs A (leg 0) and B (leg 1, behind the faultinject filter),
 # read=first.  B's next superblock write is held 3 s and then refused

@@ -3,7 +3,7 @@
 #
 # A leg finishing its resync must get every bitmap page written before
 # it is published as uptodate, including those written after it was
-# sent every page (meta_persist_bitmaps writes to the syncing legs too;
+# sent every page (metaio_persist_bitmaps writes to the syncing legs too;
 # resync.c finish).  Otherwise, after a crash, its copy of an absent
 # leg's bitmap can lack a write that absent leg missed, and the absent
 # leg's incremental resync from it skips that write.

@@ -4,7 +4,7 @@
 # A leg that applied the superblock write of a generation bump and then
 # reported an error holds a generation the controller could not record
 # anywhere; when it returns it must be taken back, not refused as a
-# split brain with the volume stuck failed (meta_bump and
+# split brain with the volume stuck failed (metaio_bump and
 # restore_recorded in metaio.c; found by the fault campaign, seed 4).
 #
 # Two file legs, leg 1 behind the faultinject filter.  Leg 0 is killed;

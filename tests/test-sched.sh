@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
-# sched=auto and sched=keep (common/replication/sched.c), seen from the
-# kernel: ps lists each thread's scheduling class (TS for SCHED_OTHER,
-# B for SCHED_BATCH).  A fresh controller over two replicas serves fio
-# at queue depth 1 and no thread of it may be SCHED_BATCH; under fio
-# at queue depth 32 from two connections, its waiting threads must
-# move to SCHED_BATCH.  A second controller with sched=keep, under the
-# same load, must leave every thread alone.  Both loads are verified
+# sched=auto and sched=keep (common/replication/pure/sched.c), seen from
+# the kernel: ps lists each thread's scheduling class (TS for
+# SCHED_OTHER, B for SCHED_BATCH).  A fresh controller over two replicas
+# serves fio at queue depth 1 and no thread of it may be SCHED_BATCH;
+# under fio at queue depth 32 from two connections, its waiting threads
+# must move to SCHED_BATCH.  A second controller with sched=keep, under
+# the same load, must leave every thread alone.  Both loads are verified
 # random writes, and at the end every leg equals the first.
 
 source ./functions.sh

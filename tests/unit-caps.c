@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Unit tests of common/replication/caps.c: what the client is told,
- * from what the legs can do.  Each row gives the legs' capabilities
+/* Unit tests of common/replication/pure/caps.c: what the client is
+ * told, from what the legs can do.  Each row gives the legs' capabilities
  * (can_zero, minimum, preferred, maximum block size) and the expected
  * trim flag and block sizes the client sees.
  */

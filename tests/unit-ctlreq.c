@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Unit tests of common/replication/ctlreq.c: framing a request line,
- * decoding it with strict types (each row a line and the request or
+/* Unit tests of common/replication/pure/ctlreq.c: framing a request
+ * line, decoding it with strict types (each row a line and the request or
  * the error it gives), and error replies that can always be encoded.
  */
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Unit tests of common/replication/params.c.
+/* Unit tests of common/replication/pure/params.c.
  *
  * set_cases: a sequence of key=value (plugin or filter shape) is fed
  * to config_set then config_check; the row expects "OK" followed by

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit test of the thread policy by queue depth
- * (common/replication/sched.c).
+ * (common/replication/pure/sched.c).
  *
  * The table drives sched_next: each row is a thread's class, what it
  * is about to wait for (a lone request, or one behind `depth` sleeping

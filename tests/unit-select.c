@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Unit test of select_read_leg (common/replication/select.c).
+/* Unit test of select_read_leg (common/replication/pure/select.c).
  *
  * Each row of a table is a sequence of calls sharing one rotating
  * position (rr_next): the policy, the candidate mask, the legs'

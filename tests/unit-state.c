@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit test of the pure state and errno decisions
- * (common/replication/state.c).
+ * (common/replication/pure/state.c).
  *
- * - leg_state_name: the exact status words of DESIGN.md section 3 for
+ * - state_leg_name: the exact status words of DESIGN.md section 3 for
  *   every state, and "unknown" for a value out of range.
- * - volume_state_name: a table of rows named after what they show,
+ * - state_volume_name: a table of rows named after what they show,
  *   then every combination of uptodate 0..MAX_LEGS, total 1..MAX_LEGS
  *   and quorum 1..total against the rule of section 3 (failed: no
  *   uptodate leg; readonly: fewer than quorum; degraded: fewer than
@@ -14,12 +14,12 @@
  * - For every errno from 0 to 200 (known or not): a disconnect always
  *   fails the leg, and the client is only ever told 0, EIO, ENOSPC,
  *   EPERM, EINVAL or ENOMEM, never libnbd's ENOTCONN.
- * - leg_move_allowed: every (from, to) pair of the five states against
+ * - state_move_allowed: every (from, to) pair of the five states against
  *   the transition table written out here, a row per pair.
- * - membership_compute: a table of leg-state sets and the masks they
+ * - state_membership: a table of leg-state sets and the masks they
  *   make; then every combination of three legs' states (the absent
  *   slots passed through, uptodate within writing).
- * - absent_after_move: a table of moves and the absent slots after
+ * - state_absent_after_move: a table of moves and the absent slots after
  *   them; then every allowed move, for a leg with and without a slot,
  *   with and without metadata, against the rule (the leg's slot only
  *   ever changes, and only as its writing changes or it is removed).
@@ -132,7 +132,7 @@ struct move_case {
 static const struct move_case move_cases[] = {
   { U, U, false }, { U, Y, false }, { U, F, true  }, { U, S, true  },
   { U, R, true  },
-  { Y, U, true  }, { Y, Y, false }, { Y, F, true  }, { Y, S, false },
+  { Y, U, true  }, { Y, Y, false }, { Y, F, true  }, { Y, S, true  },
   { Y, R, true  },
   { F, U, true  }, { F, Y, false }, { F, F, false }, { F, S, true  },
   { F, R, true  },
@@ -177,6 +177,7 @@ struct absent_case {
 static const struct absent_case absent_cases[] = {
   { "uptodate fails: its slot turns absent", 0x1, U, F, 2, true, 0x5 },
   { "syncing fails", 0x0, Y, F, 1, true, 0x2 },
+  { "asynchronous leg pulls ahead: absent", 0x0, Y, S, 2, true, 0x4 },
   { "fails without metadata: nothing", 0x0, U, F, 1, false, 0x0 },
   { "fails without a slot", 0x1, U, F, -1, true, 0x1 },
   { "held for a backup", 0x0, U, S, 3, true, 0x8 },
@@ -192,7 +193,7 @@ static const struct absent_case absent_cases[] = {
   { "other slots untouched", 0xf0f0, U, F, 0, true, 0xf0f1 },
 };
 
-/* leg_move_allowed: every pair, each once in the table. */
+/* state_move_allowed: every pair, each once in the table. */
 static void
 test_moves (void)
 {
@@ -202,23 +203,23 @@ test_moves (void)
 
   for (i = 0; i < sizeof move_cases / sizeof move_cases[0]; ++i) {
     const struct move_case *c = &move_cases[i];
-    bool got = leg_move_allowed (c->from, c->to);
+    bool got = state_move_allowed (c->from, c->to);
     CHECKF (got == c->allowed, "%s -> %s: got %d, expected %d",
-            leg_state_name (c->from), leg_state_name (c->to), got,
+            state_leg_name (c->from), state_leg_name (c->to), got,
             c->allowed);
     CHECKF (!seen[c->from][c->to], "%s -> %s twice in the table",
-            leg_state_name (c->from), leg_state_name (c->to));
+            state_leg_name (c->from), state_leg_name (c->to));
     seen[c->from][c->to] = true;
   }
   for (f = 0; f < NR_STATES; ++f)
     for (t = 0; t < NR_STATES; ++t)
       CHECKF (seen[f][t], "%s -> %s missing from the table",
-              leg_state_name ((enum leg_state) f),
-              leg_state_name ((enum leg_state) t));
-  CHECK (!leg_move_allowed ((enum leg_state) 99, LEG_FAILED));
+              state_leg_name ((enum leg_state) f),
+              state_leg_name ((enum leg_state) t));
+  CHECK (!state_move_allowed ((enum leg_state) 99, LEG_FAILED));
 }
 
-/* membership_compute: the table, then every state of three legs. */
+/* state_membership: the table, then every state of three legs. */
 static void
 test_compute (void)
 {
@@ -228,7 +229,7 @@ test_compute (void)
 
   for (i = 0; i < sizeof compute_cases / sizeof compute_cases[0]; ++i) {
     const struct compute_case *k = &compute_cases[i];
-    uint64_t m = membership_compute (k->states, k->n, k->absent);
+    uint64_t m = state_membership (k->states, k->n, k->absent);
     CHECKF (MB_UPTODATE (m) == k->up && MB_WRITING (m) == k->wr &&
             MB_ABSENT (m) == k->absent && MB_EPOCH (m) == 0,
             "%s: got up %#x writing %#x absent %#x epoch %u, expected "
@@ -245,7 +246,7 @@ test_compute (void)
         st[0] = (enum leg_state) a;
         st[1] = (enum leg_state) b;
         st[2] = (enum leg_state) c;
-        m = membership_compute (st, 3, 0xa5a5);
+        m = state_membership (st, 3, 0xa5a5);
         CHECK (MB_ABSENT (m) == 0xa5a5);
         CHECK ((MB_UPTODATE (m) & ~MB_WRITING (m)) == 0);
         CHECK ((MB_WRITING (m) & ~0x7u) == 0);
@@ -257,7 +258,7 @@ test_compute (void)
       }
 }
 
-/* absent_after_move: the table, then every allowed move against the
+/* state_absent_after_move: the table, then every allowed move against the
  * rule.
  */
 static void
@@ -269,7 +270,7 @@ test_absent (void)
 
   for (i = 0; i < sizeof absent_cases / sizeof absent_cases[0]; ++i) {
     const struct absent_case *c = &absent_cases[i];
-    uint16_t got = absent_after_move (c->absent, c->from, c->to, c->slot,
+    uint16_t got = state_absent_after_move (c->absent, c->from, c->to, c->slot,
                                       c->metadata);
     CHECKF (got == c->want, "%s: got %#x, expected %#x", c->why,
             (unsigned) got, (unsigned) c->want);
@@ -281,32 +282,32 @@ test_absent (void)
           enum leg_state from = (enum leg_state) f, to = (enum leg_state) t;
           uint16_t bit = slots[k] < 0 ? 0 : (uint16_t) (1u << slots[k]);
           uint16_t in;
-          if (!leg_move_allowed (from, to))
+          if (!state_move_allowed (from, to))
             continue;
           for (in = 0; in < 4; ++in) {
             uint16_t before = (uint16_t) ((in & 1 ? 0x2222 : 0x4444) |
                                           (in & 2 ? bit : 0));
-            uint16_t got = absent_after_move (before, from, to, slots[k],
+            uint16_t got = state_absent_after_move (before, from, to, slots[k],
                                               md);
             uint16_t want = before;
             if (to == LEG_REMOVED ||
-                (leg_state_writing (to) && !leg_state_writing (from)))
+                (state_writing (to) && !state_writing (from)))
               want &= ~bit;
-            else if (md && leg_state_writing (from) &&
-                     !leg_state_writing (to))
+            else if (md && state_writing (from) &&
+                     !state_writing (to))
               want |= bit;
             CHECKF ((got & ~bit) == (before & ~bit),
                     "%s -> %s slot %d: another slot changed",
-                    leg_state_name (from), leg_state_name (to), slots[k]);
+                    state_leg_name (from), state_leg_name (to), slots[k]);
             CHECKF (got == want, "%s -> %s slot %d metadata %d: got %#x, "
-                    "expected %#x", leg_state_name (from),
-                    leg_state_name (to), slots[k], md, (unsigned) got,
+                    "expected %#x", state_leg_name (from),
+                    state_leg_name (to), slots[k], md, (unsigned) got,
                     (unsigned) want);
             /* A writing leg's slot is never absent before, nor after. */
-            CHECKF ((leg_state_writing (from) && (before & bit)) ||
-                    !leg_state_writing (to) || !(got & bit),
+            CHECKF ((state_writing (from) && (before & bit)) ||
+                    !state_writing (to) || !(got & bit),
                     "%s -> %s: a writing leg's slot is absent",
-                    leg_state_name (from), leg_state_name (to));
+                    state_leg_name (from), state_leg_name (to));
           }
         }
 }
@@ -324,21 +325,21 @@ volume_rule (unsigned uptodate, unsigned total, unsigned quorum)
   return "healthy";
 }
 
-/* leg_state_name for every state. */
+/* state_leg_name for every state. */
 static void
 test_leg_names (void)
 {
   size_t i;
 
   for (i = 0; i < sizeof leg_names / sizeof leg_names[0]; ++i) {
-    const char *got = leg_state_name (leg_names[i].state);
+    const char *got = state_leg_name (leg_names[i].state);
     CHECKF (got != NULL && strcmp (got, leg_names[i].name) == 0,
             "leg state %d: got %s, expected %s", (int) leg_names[i].state,
             got ? got : "NULL", leg_names[i].name);
   }
 }
 
-/* volume_state_name: the table, then every combination. */
+/* state_volume_name: the table, then every combination. */
 static void
 test_volume_states (void)
 {
@@ -347,7 +348,7 @@ test_volume_states (void)
 
   for (i = 0; i < sizeof volume_cases / sizeof volume_cases[0]; ++i) {
     const struct volume_case *c = &volume_cases[i];
-    const char *got = volume_state_name (c->uptodate, c->total, c->quorum);
+    const char *got = state_volume_name (c->uptodate, c->total, c->quorum);
     CHECKF (got != NULL && strcmp (got, c->state) == 0,
             "%s (uptodate %u, total %u, quorum %u): got %s, expected %s",
             c->why, c->uptodate, c->total, c->quorum, got ? got : "NULL",
@@ -357,7 +358,7 @@ test_volume_states (void)
   for (total = 1; total <= MAX_LEGS; ++total)
     for (quorum = 1; quorum <= total; ++quorum)
       for (up = 0; up <= total; ++up) {
-        const char *got = volume_state_name (up, total, quorum);
+        const char *got = state_volume_name (up, total, quorum);
         const char *want = volume_rule (up, total, quorum);
         CHECKF (got != NULL && strcmp (got, want) == 0,
                 "uptodate %u, total %u, quorum %u: got %s, expected %s",
@@ -373,19 +374,19 @@ test_errno_table (void)
 
   for (i = 0; i < sizeof errno_cases / sizeof errno_cases[0]; ++i) {
     const struct errno_case *c = &errno_cases[i];
-    bool fails = errno_fails_leg (c->err);
-    bool disc = errno_is_disconnect (c->err);
-    bool refusal = errno_is_refusal (c->err);
-    int client = errno_for_client (c->err);
-    CHECKF (fails == c->fails_leg, "errno_fails_leg (%s) = %d, expected %d",
+    bool fails = state_errno_fails_leg (c->err);
+    bool disc = state_errno_is_disconnect (c->err);
+    bool refusal = state_errno_is_refusal (c->err);
+    int client = state_errno_for_client (c->err);
+    CHECKF (fails == c->fails_leg, "state_errno_fails_leg (%s) = %d, expected %d",
             c->name, fails, c->fails_leg);
     CHECKF (disc == c->disconnect,
-            "errno_is_disconnect (%s) = %d, expected %d",
+            "state_errno_is_disconnect (%s) = %d, expected %d",
             c->name, disc, c->disconnect);
     CHECKF (refusal == c->refusal,
-            "errno_is_refusal (%s) = %d, expected %d",
+            "state_errno_is_refusal (%s) = %d, expected %d",
             c->name, refusal, c->refusal);
-    CHECKF (client == c->client, "errno_for_client (%s) = %s, expected %s",
+    CHECKF (client == c->client, "state_errno_for_client (%s) = %s, expected %s",
             c->name, strerror (client), strerror (c->client));
   }
 }
@@ -397,11 +398,11 @@ test_errno_rules (void)
   int e;
 
   for (e = 0; e <= 200; ++e) {
-    int client = errno_for_client (e);
-    CHECKF (!errno_is_disconnect (e) || errno_fails_leg (e),
+    int client = state_errno_for_client (e);
+    CHECKF (!state_errno_is_disconnect (e) || state_errno_fails_leg (e),
             "errno %d (%s) is a disconnect that does not fail the leg",
             e, strerror (e));
-    CHECKF (!errno_is_refusal (e) || !errno_fails_leg (e),
+    CHECKF (!state_errno_is_refusal (e) || !state_errno_fails_leg (e),
             "errno %d (%s) is a refusal that fails the leg", e, strerror (e));
     CHECKF (client == 0 || client == EIO || client == ENOSPC ||
             client == EPERM || client == EINVAL || client == ENOMEM,

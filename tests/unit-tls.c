@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Unit tests of common/replication/tls.c.
+/* Unit tests of common/replication/transport/tls.c.
  *
  * refusal_cases: libnbd's messages after a failed connection (as the
  * engine and nbdrep saw them with libnbd 1.14 against nbdkit 1.32),

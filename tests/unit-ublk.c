@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Unit tests of the ublk frontend's pure decisions
- * (common/replication/ublk-map.c).
+ * (common/replication/pure/ublk-map.c).
  *
  * derive_cases: the engine's limits -> the device's parameters (block
  * shifts, request and discard limits, size, flags), or the message.
@@ -83,7 +83,7 @@ check_derive (size_t row, const struct derive_case *t)
   struct ublksrv_ctrl_dev_info info;
   struct ublk_params p;
   char err[256] = "";
-  int r = ublk_derive (&t->lim, 7, 2, 64, 0x1122334455667788, &info, &p,
+  int r = ublk_map_derive (&t->lim, 7, 2, 64, 0x1122334455667788, &info, &p,
                        err, sizeof err);
 
   if (t->error) {
@@ -231,7 +231,7 @@ static void
 check_result (size_t row, const struct result_case *t)
 {
   struct ublk_call call = { .op = t->op, .count = t->count };
-  int32_t r = ublk_result (&call, t->r, t->err);
+  int32_t r = ublk_map_result (&call, t->r, t->err);
 
   CHECKF (r == t->expect, "result row %zu: %" PRId32 ", expected %" PRId32,
           row, r, t->expect);
@@ -299,7 +299,7 @@ check_decide (size_t row, const struct decide_case *t)
     .dev_bytes = t->dev_bytes,
   };
   char why[256] = "";
-  enum ublk_takeover d = ublk_decide (&found, t->our_stamp, SIZE, why,
+  enum ublk_takeover d = ublk_map_decide (&found, t->our_stamp, SIZE, why,
                                       sizeof why);
 
   CHECKF (d == t->expect, "decide row %zu: %d, expected %d (%s)", row,
@@ -320,9 +320,9 @@ check_state_names (void)
   size_t i;
 
   for (i = 0; i < ARRAY_SIZE (words); i++)
-    CHECKF (strcmp (ublk_state_name ((enum ublk_state) i), words[i]) == 0,
-            "state %zu is '%s'", i, ublk_state_name ((enum ublk_state) i));
-  CHECK (strcmp (ublk_state_name ((enum ublk_state) 99), "?") == 0);
+    CHECKF (strcmp (ublk_map_state_name ((enum ublk_state) i), words[i]) == 0,
+            "state %zu is '%s'", i, ublk_map_state_name ((enum ublk_state) i));
+  CHECK (strcmp (ublk_map_state_name ((enum ublk_state) 99), "?") == 0);
 }
 
 /* Run every table. */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Unit test of the wire (common/replication/wire.c): NBD's
+/* Unit test of the wire (common/replication/transport/wire.c): NBD's
  * transmission phase on a socket.
  *
  * One end of a socketpair is the client's wire, the test plays the
@@ -353,7 +353,7 @@ static void
 pump (void)
 {
   wire_on_readable (&c);
-  conn_wake_deferred (&c);
+  ioreq_wake_deferred (&c);
 }
 
 /* The server reads exactly n bytes (the wire is told the socket is
@@ -814,7 +814,7 @@ tcp_abort (void)
   conn_shutdown (&c);
   CHECKF (!wire_is_dead (w), "%s: dead before the driver aborted it", what);
   wire_abort (&c);
-  conn_wake_deferred (&c);
+  ioreq_wake_deferred (&c);
   CHECKF (wire_is_dead (w), "%s: the connection lives", what);
   CHECKF ((atomic_load (&r[0].done) & 1) && ioreq_leg_error (&r[0], 0) == 0,
           "%s: the answered command did not complete", what);

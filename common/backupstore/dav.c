@@ -151,7 +151,7 @@ dav_make_parents (struct bs_store *s, const char *key)
 /* The decoded path of a URL or of an absolute path, into *path (a
  * new string, NULL if out of memory); -1 if it is not a URI.  libxml2
  * splits and decodes it, as it does the legs' URIs
- * (common/replication/uri.c).
+ * (common/replication/pure/uri.c).
  */
 static int
 url_path (const char *url, char **path)

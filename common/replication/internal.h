@@ -14,12 +14,12 @@
  * range lock, so the legs it goes to and the bitmaps it marks always
  * agree.  Changes are made under v->lock and published with one store.
  *
- * One funnel: a leg's state changes only through leg_set_state
+ * One funnel: a leg's state changes only through member_set_state
  * (member.c), which checks the move against the transition table
- * (leg_move_allowed, state.c), recomputes the word from the legs and
+ * (state_move_allowed, state.c), recomputes the word from the legs and
  * publishes it; the absent slots that belong to no leg (the backup's
  * tracker, the slots an election found absent) change only through
- * membership_set_absent.  leg_init_state sets the state a leg starts
+ * member_set_absent.  member_init_state sets the state a leg starts
  * in, before anything else can see it.  Nothing else stores l->state
  * or publishes the word, so the word always mirrors the legs.
  *
@@ -31,7 +31,7 @@
  *     keeps as last_error or sends as a control reply (leg_open,
  *     monitor_examine_leg, config_check ...);
  *   - an errno (0 for success) for one request to legs and its judging
- *     (leg_sync_io, ioreq_leg_error, judge_write, judge_acknowledge);
+ *     (ioreq_sync_io, ioreq_leg_error, judge_write, judge_acknowledge);
  *   - -1 with *err set to the client's errno on the data path
  *     (engine_pread ... and the io_* pieces they are made of), as
  *     nbdkit's own .pread and friends return.
@@ -70,6 +70,7 @@ struct resync;
 struct verify;
 struct control;
 struct drain_sock;
+struct async_leg;
 
 /* ---- legs ------------------------------------------------------------ */
 
@@ -131,6 +132,17 @@ struct leg {
   const char *uri;          /* NULL for the local leg */
   char *owned_uri;          /* the uri of a leg added at run time */
   bool local;
+  /* An asynchronous leg (async=URI, DESIGN.md section 14): never read,
+   * never counted, fed by its queue (async.c).  Fixed before the leg is
+   * counted in nr_legs (a promotion at start clears it first).
+   */
+  bool async;
+  struct async_leg *aq;     /* its queue, NULL for a synchronous leg */
+  /* Its recovery point (unix seconds): every write queued before it
+   * was flushed on the leg; written as its superblock's mtime
+   * (change_lock).
+   */
+  uint64_t rpo_time;
 
   /* Connections (NBD legs).  Workers enter the issue window with
    * leg_enter, which fails once `open` is cleared; the handles are
@@ -161,7 +173,7 @@ struct leg {
   bool drain_untracked;                 /* one could not be kept */
   bool orphans_said;                    /* logged at start (start.c) */
 
-  /* Written only by leg_set_state (under v->lock) and leg_init_state;
+  /* Written only by member_set_state (under v->lock) and member_init_state;
    * also read without the lock.
    */
   _Atomic (enum leg_state) state;
@@ -203,6 +215,10 @@ struct volume {
   void *local_opaque;
 
   _Atomic size_t nr_legs;       /* grows with add-leg, never shrinks */
+  /* The asynchronous legs (bits by index): a bit is set before its leg
+   * is counted in nr_legs and never changes afterwards.
+   */
+  _Atomic uint16_t async_mask;
   struct leg legs[MAX_LEGS];
 
   /* Fixed once started. */
@@ -331,6 +347,16 @@ static inline uint64_t
 membership_load (struct volume *v)
 {
   return atomic_load (&v->membership);
+}
+
+/* The synchronous legs among a set (asynchronous legs take writes
+ * through their queues, never in a request's fan-out).
+ */
+static inline uint16_t
+volume_sync_legs (struct volume *v, uint16_t legs)
+{
+  return legs & (uint16_t) ~atomic_load_explicit (&v->async_mask,
+                                                  memory_order_relaxed);
 }
 
 #endif /* REPLICATE_INTERNAL_H */

@@ -69,8 +69,8 @@ OPTIONAL_PROGRAMS="nbddump strace"
 # /init loads at boot; tests modprobe the others.  crc32c_generic is what
 # ext4 asks for ("crypto-crc32c") when it mounts.  unix_diag and
 # tcp_diag answer the controller's sock_diag queries about an aborted
-# connection's socket (common/replication/drain.c); the kernel loads
-# them on the first query, as on a full system.
+# connection's socket (common/replication/transport/drain.c); the
+# kernel loads them on the first query, as on a full system.
 MODULES="nbd ext4 loop ublk_drv crc32c_generic unix_diag tcp_diag"
 BOOT_MODULES="crc32c_generic ext4 nbd loop"
 

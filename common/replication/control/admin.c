@@ -1,0 +1,306 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Operator actions on a running volume: add a leg, remove a leg, change
+ * rates.  (Failing a leg for maintenance is member_fail_leg; resync and
+ * verify have their own files.)
+ *
+ * Adding: the new leg takes the next index and starts failed with no
+ * delay, so the monitor connects it at once and judges it like any
+ * returning leg (blank: full sync as a new member; a former leg of this
+ * volume: resync; another volume: refused).  Indexes never change while
+ * the controller runs: a removed leg keeps its index, in state removed.
+ *
+ * Removing: refused if it would leave no uptodate leg or fewer than
+ * quorum.  The leg's resync (if any) is stopped, it leaves the
+ * membership, its metadata slot is freed and the generation bumped so
+ * the survivors record it.  Its own metadata is left alone: if it comes
+ * back (on a command line, or with add) it joins as a new member.
+ *
+ * Neither is remembered across a restart: the controller's command line
+ * is the configuration (put the leg on it, or take it off).
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "state.h"
+#include "drain.h"
+#include "leg.h"
+#include "member.h"
+#include "monitor.h"
+#include "admin.h"
+#include "metaio.h"
+#include "resync.h"
+#include "cleanup.h"
+
+/* Check that uri is a new leg.  v->lock held.  Returns -1 with err. */
+static int
+check_new_uri (struct volume *v, const char *uri, char *err, size_t errlen)
+{
+  size_t i;
+
+  if (config_check_uri (uri, err, errlen) == -1)
+    return -1;
+  if (v->nr_legs >= MAX_LEGS) {
+    snprintf (err, errlen, "the volume has the maximum of %d legs",
+              MAX_LEGS);
+    return -1;
+  }
+  for (i = 0; i < v->nr_legs; ++i)
+    if (v->legs[i].uri && atomic_load (&v->legs[i].state) != LEG_REMOVED &&
+        config_same_leg (v->legs[i].uri, uri)) {
+      snprintf (err, errlen, "leg %zu (%s) is the same leg", i,
+                v->legs[i].uri);
+      return -1;
+    }
+  return 0;
+}
+
+/* Is a metadata slot free for a new member (the changed-block
+ * tracker's counts, unless a backup runs: backup.c)?
+ */
+static bool
+free_slot_exists (struct volume *v)
+{
+  uint32_t flags;
+  unsigned s;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
+
+  for (s = 0; s < v->cfg.max_legs; ++s) {
+    flags = v->sb.slots[s].flags;
+    if (!(flags & SLOT_ASSIGNED) ||
+        ((flags & SLOT_TRACKER) && v->backup == NULL))
+      return true;
+  }
+  return false;
+}
+
+/* Add a leg: connect it and judge it before it is published, so that
+ * the operator hears at once of an unreachable leg or one of another
+ * volume; then start its resync.  Returns its index, or -1 with the
+ * reason in err.  Only the control thread adds legs.
+ */
+int
+admin_add_leg (struct volume *v, const char *uri, char *err, size_t errlen)
+{
+  struct leg *l;
+  enum verdict verdict;
+  size_t n;
+
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    if (check_new_uri (v, uri, err, errlen) == -1)
+      return -1;
+    n = v->nr_legs;
+  }
+  l = &v->legs[n];
+  memset (l, 0, sizeof *l);
+  l->owned_uri = strdup (uri);
+  if (l->owned_uri == NULL) {
+    snprintf (err, errlen, "out of memory");
+    return -1;
+  }
+  pthread_mutex_init (&l->conns_lock, NULL);
+  pthread_mutex_init (&l->life_lock, NULL);
+  l->v = v;
+  l->index = (unsigned) n;
+  l->uri = l->owned_uri;
+  l->slot = -1;
+  member_init_state (l, LEG_FAILED);   /* not counted in nr_legs yet */
+  verdict = monitor_examine_leg (v, l, err, errlen);
+  if (verdict == V_UNREACHABLE || verdict == V_REFUSE) {
+    char why[256];
+    snprintf (why, sizeof why, "%s", err);
+    snprintf (err, errlen, "%s: %s%s", uri,
+              verdict == V_UNREACHABLE ? "cannot reach it: " : "", why);
+  }
+  else if (v->metadata && l->slot < 0 && !free_slot_exists (v)) {
+    snprintf (err, errlen, "no free metadata slot (max-legs=%u, fixed when "
+              "the volume was created): remove a leg first",
+              v->cfg.max_legs);
+    verdict = V_REFUSE;
+  }
+  if (verdict == V_REFUSE || verdict == V_UNREACHABLE) {
+    leg_close (l);
+    free (l->owned_uri);
+    free (l->sb_buf);           /* examining it may have allocated them */
+    free (l->al_buf);
+    drain_free (l);
+    pthread_mutex_destroy (&l->conns_lock);
+    pthread_mutex_destroy (&l->life_lock);
+    memset (l, 0, sizeof *l);
+    return -1;
+  }
+  {
+    /* Counted from now on: the monitor may look at it. */
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->life_lock);
+    atomic_store (&v->nr_legs, n + 1);
+    nbdkit_debug ("leg %zu (%s) added by the operator", n, uri);
+    if (monitor_apply_verdict (v, l, verdict) == -1) {
+      snprintf (err, errlen, "leg %zu: cannot write its metadata", n);
+      return -1;
+    }
+    if (atomic_load (&l->state) == LEG_STALE &&
+        resync_start (v, l, l->want_full) == -1) {
+      snprintf (err, errlen, "leg %zu: cannot start its resync", n);
+      return -1;
+    }
+  }
+  return (int) n;
+}
+
+/* Is l a member of the generation last recorded (change_lock held)?
+ * When no leg is uptodate (the volume has failed), such a leg is one
+ * whose failure could not be recorded: it comes back uptodate when it
+ * returns, and may be the only one holding the newest data.
+ */
+static bool
+recorded_member (struct volume *v, const struct leg *l)
+{
+  return v->metadata && l->slot >= 0 &&
+    (v->sb.slots[l->slot].flags & SLOT_MEMBER) != 0;
+}
+
+/* Why a leg may not be removed, or NULL.  change_lock and v->lock
+ * held.
+ */
+static const char *
+remove_refusal (struct volume *v, struct leg *l)
+{
+  uint16_t up = MB_UPTODATE (membership_load (v)) & ~(1u << l->index);
+
+  if (atomic_load (&l->state) == LEG_REMOVED)
+    return "already removed";
+  if (l->held)
+    return "it is the source of a running backup";
+  if (atomic_load (&l->state) != LEG_UPTODATE) {
+    if (up == 0 && recorded_member (v, l))
+      return "no leg is uptodate, and it is a member of the last recorded "
+        "generation: it may hold the newest data, and without it nothing "
+        "could be resynced (bring its server back, or restart the "
+        "controller without it and force=true if it is lost)";
+    return NULL;
+  }
+  if (up == 0)
+    return "it is the last uptodate leg";
+  if ((unsigned) __builtin_popcount (up) < v->quorum)
+    return "fewer uptodate legs than quorum would remain "
+      "(the volume would turn read-only)";
+  return NULL;
+}
+
+/* Stop a leg's resync, if any, and wait for its thread. */
+static void
+stop_resync_of (struct volume *v, struct leg *l)
+{
+  struct resync *rs;
+
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    rs = l->resync;
+    l->resync = NULL;
+  }
+  if (rs) {
+    resync_cancel (rs);
+    resync_reap (rs);
+  }
+}
+
+/* Take the leg out of the membership and free its slot (change_lock
+ * held).
+ */
+static void
+retire_leg (struct volume *v, struct leg *l)
+{
+  int slot = l->slot;
+
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    member_set_state (v, l, LEG_REMOVED, "removed by the operator");
+    snprintf (l->last_error, sizeof l->last_error, "removed by the operator");
+    l->slot = -1;               /* under v->lock, as status reads it */
+  }
+  if (slot >= 0 && v->metadata) {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->bm_write_lock);
+    memset (&v->sb.slots[slot], 0, sizeof v->sb.slots[slot]);
+    if (v->bitmaps[slot])
+      bitmap_clear_all (v->bitmaps[slot]);
+  }
+}
+
+/* Remove a leg.  Returns 0, or -1 with the reason in err. */
+int
+admin_remove_leg (struct volume *v, unsigned index, char *err, size_t errlen)
+{
+  struct leg *l = &v->legs[index];
+  const char *why;
+  /* Not while the monitor connects or judges it. */
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->life_lock);
+
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    why = remove_refusal (v, l);
+  }
+  if (why) {
+    snprintf (err, errlen, "leg %u cannot be removed: %s", index, why);
+    return -1;
+  }
+  stop_resync_of (v, l);
+  member_change_begin (v);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
+    retire_leg (v, l);
+    if (v->metadata)
+      metaio_bump (v);
+  }
+  member_change_end (v);
+  leg_close (l);
+  nbdkit_debug ("leg %u removed by the operator", index);
+  return 0;
+}
+
+/* Change a rate (resync-rate, resync-min-rate, verify-rate).  A floor
+ * above the cap is refused; lowering the cap below the floor lowers the
+ * floor with it.  Returns 0 or -1 with the reason.
+ */
+int
+admin_set (struct volume *v, const char *key, const char *value,
+            char *err, size_t errlen)
+{
+  _Atomic uint64_t *dst;
+  uint64_t n;
+
+  if (strcmp (key, "resync-rate") == 0)
+    dst = &v->resync_rate;
+  else if (strcmp (key, "resync-min-rate") == 0)
+    dst = &v->resync_min_rate;
+  else if (strcmp (key, "verify-rate") == 0)
+    dst = &v->verify_rate;
+  else {
+    snprintf (err, errlen, "unknown setting \"%s\" (resync-rate, "
+              "resync-min-rate or verify-rate)", key);
+    return -1;
+  }
+  if (config_parse_size (value, &n) == -1) {
+    snprintf (err, errlen, "%s=%s: not a size", key, value);
+    return -1;
+  }
+  if (dst == &v->resync_min_rate && atomic_load (&v->resync_rate) != 0 &&
+      n > atomic_load (&v->resync_rate)) {
+    snprintf (err, errlen, "resync-min-rate may not be larger than "
+              "resync-rate (%" PRIu64 ")", atomic_load (&v->resync_rate));
+    return -1;
+  }
+  if (dst == &v->resync_rate && n != 0 &&
+      atomic_load (&v->resync_min_rate) > n)
+    atomic_store (&v->resync_min_rate, n);     /* the floor follows the cap */
+  atomic_store (dst, n);
+  nbdkit_debug ("%s set to %s by the operator", key, value);
+  return 0;
+}

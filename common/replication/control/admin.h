@@ -1,0 +1,18 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Operator actions on a running volume (see admin.c). */
+
+#ifndef REPLICATE_ADMIN_H
+#define REPLICATE_ADMIN_H
+
+#include <stddef.h>
+
+struct volume;
+
+extern int admin_add_leg (struct volume *v, const char *uri,
+                           char *err, size_t errlen);
+extern int admin_remove_leg (struct volume *v, unsigned index,
+                              char *err, size_t errlen);
+extern int admin_set (struct volume *v, const char *key, const char *value,
+                       char *err, size_t errlen);
+
+#endif /* REPLICATE_ADMIN_H */

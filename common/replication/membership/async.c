@@ -1,0 +1,783 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Asynchronous legs (async=URI, DESIGN.md section 14): a queue per leg,
+ * sent in epochs by a thread of its own, so that no client waits for
+ * the leg.
+ *
+ * What a write does for an asynchronous leg that receives writes (its
+ * state is syncing: it is never uptodate, never read, never counted):
+ * under its range lock and holding its activity-log extents, it copies
+ * its data into the leg's queue (async_enqueue) and takes one more
+ * reference on those extents (al_hold).  The client is acknowledged by
+ * the synchronous legs alone.
+ *
+ * Crash consistency.  The queue is cut into epochs at every client
+ * flush and at every flush of the engine's own (the activity log's
+ * cooler, every few seconds): a marker is queued (async_cut_epochs).
+ * The sender takes the writes of one epoch in batches of up to WINDOW,
+ * sending a batch at once; a write that overlaps one already in the
+ * batch starts the next batch, so overlapping writes land in queue
+ * order.  At a marker, once every write of the epoch has been
+ * answered, it flushes the leg, and only then starts on the next
+ * epoch.  So the leg holds, at every moment, every write of the epochs
+ * before the current one and some of the current one's: the volume's
+ * state at a flush plus part of the next epoch, overlapping writes in
+ * order.  A write is queued before its client is acknowledged, so a
+ * write that causally follows another is never in an earlier epoch.
+ *
+ * Nothing is lost in a crash.  The activity-log references of a queued
+ * write are dropped only after the flush that ends its epoch, so every
+ * extent the leg may lack is in the activity log on the synchronous
+ * legs; the slot is not a member of any generation, so start-up ORs
+ * that log into its bitmap (crash recovery does so for every absent
+ * slot) and the leg resyncs incrementally.
+ *
+ * The buffer.  Queued data is bounded by async-buffer (bytes of writes
+ * not yet answered by the leg).  When a write does not fit:
+ *   - async-full=block: it waits for room (its range lock held);
+ *   - async-full=pull-ahead: the leg falls behind.  The queue is
+ *     dropped, each dropped write's range marked in the slot's bitmap
+ *     before its activity-log references go; the leg becomes stale (so
+ *     every later write marks the bitmap instead), and once the writes
+ *     already sent have been answered and flushed (async_idle) the
+ *     monitor starts a resync of the bitmap: catching up.  While
+ *     catching up the leg is not consistent (its superblock says
+ *     inconsistent, and a failover refuses it); the resync's end waits
+ *     until the queue has been flushed up to that moment
+ *     (async_drain), then clears the flag (resync.c).
+ * The leg is marked stale before any bit is set, under v->lock: a
+ * resync's checkpoint clears copied runs under that lock and only while
+ * its target is syncing, so it can never clear a bit set for a dropped
+ * write.  A writer that finds the queue dropping makes sure of the same
+ * before it marks (leave_receiving).
+ *
+ * A leg that fails (an error or a timeout of the sender's requests)
+ * goes through member_fail_leg, which ORs the hot extents into its
+ * bitmap; the sender then drops what is queued and unflushed the same
+ * way, and waits until the leg receives writes again (async_resume).
+ *
+ * Lock order: aq->lock is a leaf; nothing is called with it held but
+ * the condition variables.  The sender takes no lock across I/O.
+ */
+
+#include <config.h>
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+#include "state.h"
+#include "ioreq.h"
+#include "member.h"
+#include "leg.h"
+#include "al.h"
+#include "async.h"
+#include "metaio.h"
+#include "cleanup.h"
+
+#define WINDOW 64               /* writes in flight per batch */
+#define ENTRY_COST 64           /* bytes a queued zero or marker counts */
+#define DRAIN_POLL_NS 100000000ULL
+#define RPO_INTERVAL_NS 1000000000ULL   /* recovery point written at most
+                                           once a second */
+
+/* One queued write, zero or epoch marker (op OP_FLUSH). */
+struct aentry {
+  struct aentry *next;
+  enum leg_op op;
+  uint32_t count;
+  uint64_t offset;
+  uint32_t flags;
+  uint64_t enq_ns;              /* when it was queued */
+  uint64_t seq;                 /* its number in the queue */
+  char data[];                  /* OP_WRITE */
+};
+
+/* A list of entries. */
+struct alist {
+  struct aentry *head, *tail;
+};
+
+struct async_leg {
+  struct volume *v;
+  struct leg *l;
+
+  pthread_mutex_t lock;         /* everything below */
+  pthread_cond_t work;          /* the sender has something to do */
+  pthread_cond_t room;          /* buffer room made, or flushed */
+  struct alist queue;           /* queued, not taken by the sender */
+  struct alist unflushed;       /* answered, their epoch not flushed */
+  uint64_t used;                /* buffer bytes (queued and in flight) */
+  uint64_t lag_bytes;           /* bytes queued, sent or not, unflushed */
+  uint64_t enq_seq;             /* entries queued so far */
+  uint64_t flushed_seq;         /* every entry up to this one is flushed */
+  uint64_t oldest_unflushed_ns; /* enq_ns of the oldest unflushed, or 0 */
+  uint64_t behind_since_ns;     /* when it last fell behind, or 0 */
+  bool epoch_open;              /* something queued since the last marker */
+  bool dropping;                /* behind or failed: mark, do not queue */
+  bool catching_up;             /* a resync runs: never pull ahead */
+  bool busy;                    /* the sender has a batch out */
+  bool stop;
+  uint64_t pull_aheads;         /* times it fell behind */
+
+  pthread_t thread;
+  bool running;
+  struct ioreq *reqs;           /* the sender's batch (WINDOW) */
+  uint64_t newest_flushed_ns;   /* enq_ns of the newest flushed write */
+  uint64_t rpo_written_ns;      /* when the recovery point was written */
+};
+
+/* Append an entry to a list. */
+static void
+alist_push (struct alist *q, struct aentry *e)
+{
+  e->next = NULL;
+  if (q->tail)
+    q->tail->next = e;
+  else
+    q->head = e;
+  q->tail = e;
+}
+
+/* Take a whole list. */
+static struct aentry *
+alist_take (struct alist *q)
+{
+  struct aentry *e = q->head;
+
+  q->head = q->tail = NULL;
+  return e;
+}
+
+/* Buffer bytes an entry counts. */
+static uint64_t
+entry_cost (const struct aentry *e)
+{
+  return e->op == OP_WRITE ? e->count : ENTRY_COST;
+}
+
+/* Create the queue of an asynchronous leg. */
+struct async_leg *
+async_new (struct volume *v, struct leg *l)
+{
+  struct async_leg *aq = calloc (1, sizeof *aq);
+
+  if (aq == NULL || (aq->reqs = calloc (WINDOW, sizeof *aq->reqs)) == NULL) {
+    free (aq);
+    nbdkit_error ("calloc: %m");
+    return NULL;
+  }
+  aq->v = v;
+  aq->l = l;
+  aq->dropping = true;          /* until a resync starts it (async_resume) */
+  pthread_mutex_init (&aq->lock, NULL);
+  pthread_cond_init (&aq->work, NULL);
+  pthread_cond_init (&aq->room, NULL);
+  return aq;
+}
+
+/* Make a leg asynchronous (async=URI, or nbdrep add --async): its
+ * queue, and its bit in v->async_mask, before the leg is counted in
+ * nr_legs.  Returns 0 or -1 after nbdkit_error.
+ */
+int
+async_make_leg (struct volume *v, struct leg *l)
+{
+  l->aq = async_new (v, l);
+  if (l->aq == NULL)
+    return -1;
+  l->async = true;
+  atomic_fetch_or (&v->async_mask, (uint16_t) (1u << l->index));
+  return 0;
+}
+
+/* A promoted leg (prefer= force=true at start, DESIGN.md section 14)
+ * is synchronous for this run: no queue, no bit.
+ */
+void
+async_promote_leg (struct volume *v, struct leg *l)
+{
+  atomic_fetch_and (&v->async_mask, (uint16_t) ~(1u << l->index));
+  l->async = false;
+  async_free (l->aq);
+  l->aq = NULL;
+}
+
+/* Free the queue (its thread stopped, nothing queued). */
+void
+async_free (struct async_leg *aq)
+{
+  if (aq == NULL)
+    return;
+  assert (!aq->running);
+  pthread_mutex_destroy (&aq->lock);
+  pthread_cond_destroy (&aq->work);
+  pthread_cond_destroy (&aq->room);
+  free (aq->reqs);
+  free (aq);
+}
+
+/* Mark an entry's range in the leg's bitmap (its slot is assigned:
+ * the leg received writes), then let its activity-log extents go.
+ */
+static void
+mark_and_release (struct async_leg *aq, struct aentry *e)
+{
+  struct volume *v = aq->v;
+  int slot = aq->l->slot;
+
+  if (e->op == OP_FLUSH)
+    return;
+  if (slot >= 0 && v->bitmaps[slot] != NULL)
+    bitmap_mark_range (v->bitmaps[slot], e->offset / v->cfg.chunk,
+                       (e->offset + e->count - 1) / v->cfg.chunk);
+  if (v->al)
+    al_release (v->al, e->offset, e->count);
+}
+
+/* Mark and free a list of entries (see mark_and_release). */
+static void
+drop_list (struct async_leg *aq, struct aentry *e)
+{
+  while (e) {
+    struct aentry *next = e->next;
+    mark_and_release (aq, e);
+    free (e);
+    e = next;
+  }
+}
+
+/* The leg must not receive writes any more before a dropped write's
+ * bit is set (see the design note): make it stale if it is syncing
+ * (a failed leg is out already).  No lock held.
+ */
+static void
+leave_receiving (struct async_leg *aq, const char *why)
+{
+  struct volume *v = aq->v;
+  struct leg *l = aq->l;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+
+  /* No resync runs here: a leg catching up never pulls ahead, and one
+   * that failed is out already.
+   */
+  if (atomic_load (&l->state) != LEG_SYNCING)
+    return;
+  member_set_state (v, l, LEG_STALE, why);
+}
+
+/* Start dropping: take the queue (to be marked by the caller once the
+ * leg is out).  aq->lock held.
+ */
+static struct aentry *
+start_dropping_locked (struct async_leg *aq)
+{
+  struct aentry *e = alist_take (&aq->queue);
+  struct aentry *p;
+
+  for (p = e; p; p = p->next) {
+    aq->used -= entry_cost (p);
+    if (p->op != OP_FLUSH)
+      aq->lag_bytes -= p->count;
+  }
+  aq->dropping = true;
+  aq->epoch_open = false;
+  pthread_cond_broadcast (&aq->room);
+  return e;
+}
+
+/* Fall behind (pull-ahead): drop the queue and leave the receiving
+ * legs.  The caller's own write is marked by the caller.
+ */
+static void
+pull_ahead (struct async_leg *aq, struct aentry *dropped)
+{
+  char name[160];
+
+  nbdkit_debug ("%s: asynchronous buffer full: pulling ahead",
+                leg_name (aq->l, name, sizeof name));
+  leave_receiving (aq, "asynchronous buffer full: pulled ahead");
+  drop_list (aq, dropped);
+  member_wake_monitor (aq->v);
+}
+
+/* Mark a write that is not queued, making sure the leg is out first. */
+static void
+mark_unqueued (struct async_leg *aq, const struct leg_cmd *cmd)
+{
+  struct aentry e = { .op = cmd->op, .offset = cmd->offset,
+                      .count = cmd->count };
+  struct volume *v = aq->v;
+  int slot = aq->l->slot;
+
+  leave_receiving (aq, "asynchronous leg dropping writes");
+  if (slot >= 0 && v->bitmaps[slot] != NULL)
+    bitmap_mark_range (v->bitmaps[slot], e.offset / v->cfg.chunk,
+                       (e.offset + e.count - 1) / v->cfg.chunk);
+}
+
+/* A new entry for a client command (data copied). */
+static struct aentry *
+entry_for (const struct leg_cmd *cmd)
+{
+  size_t extra = cmd->op == OP_WRITE ? cmd->count : 0;
+  struct aentry *e = malloc (sizeof *e + extra);
+
+  if (e == NULL)
+    return NULL;
+  e->op = cmd->op;
+  e->count = cmd->count;
+  e->offset = cmd->offset;
+  e->flags = cmd->flags & ENGINE_FLAG_MAY_TRIM;
+  e->enq_ns = now_ns ();
+  if (extra)
+    memcpy (e->data, cmd->buf, extra);
+  return e;
+}
+
+/* Queue an entry.  aq->lock held. */
+static void
+queue_locked (struct async_leg *aq, struct aentry *e)
+{
+  e->seq = ++aq->enq_seq;
+  aq->used += entry_cost (e);
+  if (e->op != OP_FLUSH) {
+    aq->lag_bytes += e->count;
+    aq->epoch_open = true;
+    if (aq->oldest_unflushed_ns == 0)
+      aq->oldest_unflushed_ns = e->enq_ns;
+  }
+  alist_push (&aq->queue, e);
+  pthread_cond_signal (&aq->work);
+}
+
+/* Queue a client write or zero for an asynchronous leg (see the
+ * design note).  The caller holds the range lock and the activity-log
+ * extents of cmd.
+ */
+void
+async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
+{
+  struct async_leg *aq = l->aq;
+  struct aentry *e = entry_for (cmd), *dropped = NULL;
+  uint64_t cost = cmd->op == OP_WRITE ? cmd->count : ENTRY_COST;
+
+  pthread_mutex_lock (&aq->lock);
+  for (;;) {
+    if (aq->dropping || aq->stop || e == NULL)
+      break;
+    if (aq->used + cost <= v->cfg.async_buffer || aq->used == 0) {
+      if (v->al)
+        al_hold (v->al, cmd->offset, cmd->count);
+      queue_locked (aq, e);
+      pthread_mutex_unlock (&aq->lock);
+      return;
+    }
+    if (v->cfg.async_full == ASYNC_FULL_BLOCK || aq->catching_up) {
+      pthread_cond_wait (&aq->room, &aq->lock);
+      continue;
+    }
+    aq->pull_aheads++;
+    aq->behind_since_ns = aq->oldest_unflushed_ns ? aq->oldest_unflushed_ns
+                                                  : now_ns ();
+    dropped = start_dropping_locked (aq);
+    break;
+  }
+  pthread_mutex_unlock (&aq->lock);
+  free (e);
+  if (dropped)
+    pull_ahead (aq, dropped);
+  mark_unqueued (aq, cmd);
+}
+
+/* End the current epoch of every asynchronous leg receiving writes (a
+ * client flush, or the engine's own).
+ */
+void
+async_cut_epochs (struct volume *v)
+{
+  uint16_t legs = MB_WRITING (membership_load (v)) &
+    atomic_load_explicit (&v->async_mask, memory_order_relaxed);
+
+  for (; legs != 0; legs &= legs - 1) {
+    struct async_leg *aq = v->legs[__builtin_ctz (legs)].aq;
+    struct aentry *e;
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
+
+    if (!aq->epoch_open || aq->dropping ||
+        (e = calloc (1, sizeof *e)) == NULL)
+      continue;
+    e->op = OP_FLUSH;
+    e->enq_ns = now_ns ();
+    queue_locked (aq, e);
+    aq->epoch_open = false;
+  }
+}
+
+/* Do two entries overlap? */
+static bool
+overlap (const struct aentry *a, const struct aentry *b)
+{
+  return a->offset < b->offset + b->count && b->offset < a->offset + a->count;
+}
+
+/* Take the next batch from the queue: up to WINDOW writes of the
+ * current epoch, stopping before one that overlaps the batch.  *marker
+ * is set if the epoch ends after it (its marker is freed here).
+ * aq->lock held.  Returns the number taken.
+ */
+static size_t
+take_batch (struct async_leg *aq, struct aentry **batch, bool *marker)
+{
+  size_t n = 0, i;
+
+  *marker = false;
+  while (n < WINDOW && aq->queue.head) {
+    struct aentry *e = aq->queue.head;
+    if (e->op == OP_FLUSH) {
+      aq->queue.head = e->next;
+      if (aq->queue.head == NULL)
+        aq->queue.tail = NULL;
+      aq->used -= entry_cost (e);
+      free (e);
+      *marker = true;
+      break;
+    }
+    for (i = 0; i < n; ++i)
+      if (overlap (batch[i], e))
+        return n;
+    aq->queue.head = e->next;
+    if (aq->queue.head == NULL)
+      aq->queue.tail = NULL;
+    batch[n++] = e;
+  }
+  return n;
+}
+
+/* Send a batch to the leg and wait.  Returns 0 or the first errno. */
+static int
+send_batch (struct async_leg *aq, struct aentry **batch, size_t n)
+{
+  int err = 0;
+  size_t i;
+
+  for (i = 0; i < n; ++i) {
+    struct leg_cmd cmd = {
+      .op = batch[i]->op, .count = batch[i]->count,
+      .offset = batch[i]->offset, .flags = batch[i]->flags,
+      .buf = batch[i]->op == OP_WRITE ? batch[i]->data : NULL,
+    };
+    ioreq_init (&aq->reqs[i], aq->v);
+    ioreq_submit (&aq->reqs[i], aq->l, &cmd);
+  }
+  for (i = 0; i < n; ++i) {
+    int e;
+    ioreq_wait (&aq->reqs[i]);
+    e = ioreq_leg_error (&aq->reqs[i], aq->l->index);
+    if (err == 0)
+      err = e;
+    ioreq_destroy (&aq->reqs[i]);
+  }
+  return err;
+}
+
+/* Flush the leg.  Returns 0 or an errno. */
+static int
+flush_leg (struct async_leg *aq)
+{
+  static const struct leg_cmd flush = { .op = OP_FLUSH };
+
+  return ioreq_sync_io (aq->l, &flush);
+}
+
+/* The batch was answered: its data may go (the ranges stay held until
+ * the flush).  aq->lock held.
+ */
+static void
+batch_answered_locked (struct async_leg *aq, struct aentry **batch, size_t n)
+{
+  size_t i;
+
+  for (i = 0; i < n; ++i) {
+    struct aentry *e = batch[i];
+    aq->used -= entry_cost (e);
+    alist_push (&aq->unflushed, e);
+  }
+  pthread_cond_broadcast (&aq->room);
+}
+
+/* The epoch was flushed: release its ranges.  aq->lock held, dropped
+ * around the release.
+ */
+static void
+epoch_flushed_locked (struct async_leg *aq)
+{
+  struct aentry *e = alist_take (&aq->unflushed), *next;
+  struct volume *v = aq->v;
+
+  for (struct aentry *p = e; p; p = p->next) {
+    aq->lag_bytes -= p->count;
+    aq->flushed_seq = p->seq;
+    aq->newest_flushed_ns = p->enq_ns;
+  }
+  aq->oldest_unflushed_ns = aq->queue.head ? aq->queue.head->enq_ns : 0;
+  pthread_mutex_unlock (&aq->lock);
+  for (; e; e = next) {
+    next = e->next;
+    if (v->al)
+      al_release (v->al, e->offset, e->count);
+    free (e);
+  }
+  pthread_mutex_lock (&aq->lock);
+  pthread_cond_broadcast (&aq->room);
+}
+
+/* Write the leg's recovery point (its superblock's mtime, see
+ * start.c's failover) if a second has passed since the last time.
+ * Returns 0 or -1 if the superblock could not be written.
+ */
+static int
+write_recovery_point (struct async_leg *aq, uint64_t newest_ns)
+{
+  struct volume *v = aq->v;
+  struct leg *l = aq->l;
+  uint64_t now = now_ns (), age;
+  uint16_t failed;
+
+  if (!v->metadata || newest_ns == 0 ||
+      now - aq->rpo_written_ns < RPO_INTERVAL_NS)
+    return 0;
+  aq->rpo_written_ns = now;
+  age = now > newest_ns ? (now - newest_ns) / 1000000000ULL : 0;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
+  l->rpo_time = (uint64_t) time (NULL) - age;
+  failed = metaio_write_sb (v, (uint16_t) (1u << l->index), NULL);
+  return failed ? -1 : 0;
+}
+
+/* The leg failed under the sender: record it, then drop everything.
+ * aq->lock held, dropped around the work.
+ */
+static void
+sender_failed_locked (struct async_leg *aq, struct aentry **batch, size_t n,
+                      int err)
+{
+  struct aentry *dropped, *unflushed;
+  size_t i;
+
+  aq->lag_bytes = 0;
+  aq->oldest_unflushed_ns = 0;
+  aq->behind_since_ns = 0;
+  for (i = 0; i < n; ++i)
+    aq->used -= entry_cost (batch[i]);
+  dropped = start_dropping_locked (aq);
+  unflushed = alist_take (&aq->unflushed);
+  pthread_mutex_unlock (&aq->lock);
+
+  member_fail_leg (aq->v, aq->l, EPOCH_ANY, "asynchronous write failed: %s",
+                   strerror (err));
+  for (i = 0; i < n; ++i) {
+    mark_and_release (aq, batch[i]);
+    free (batch[i]);
+  }
+  drop_list (aq, unflushed);
+  drop_list (aq, dropped);
+  pthread_mutex_lock (&aq->lock);
+  aq->lag_bytes = 0;
+  pthread_cond_broadcast (&aq->room);
+}
+
+/* Should the sender flush now: an epoch ended, or the leg dropped out
+ * with sent writes still unflushed?  aq->lock held.
+ */
+static bool
+flush_due_locked (struct async_leg *aq, bool marker)
+{
+  return aq->unflushed.head != NULL &&
+    (marker || (aq->dropping && aq->queue.head == NULL));
+}
+
+/* The sender thread (see the design note). */
+static void *
+sender (void *arg)
+{
+  struct async_leg *aq = arg;
+  struct aentry *batch[WINDOW];
+
+  pthread_mutex_lock (&aq->lock);
+  while (!aq->stop) {
+    bool marker;
+    size_t n;
+    int err = 0;
+
+    n = take_batch (aq, batch, &marker);
+    if (n == 0 && !flush_due_locked (aq, marker)) {
+      if (aq->dropping && aq->unflushed.head == NULL)
+        member_wake_monitor (aq->v);    /* idle: catching up may start */
+      if (!marker)
+        pthread_cond_wait (&aq->work, &aq->lock);
+      continue;
+    }
+    aq->busy = true;
+    pthread_mutex_unlock (&aq->lock);
+    if (n > 0)
+      err = send_batch (aq, batch, n);
+    pthread_mutex_lock (&aq->lock);
+    if (err == 0)
+      batch_answered_locked (aq, batch, n);
+    if (err == 0 && flush_due_locked (aq, marker)) {
+      pthread_mutex_unlock (&aq->lock);
+      err = flush_leg (aq);
+      pthread_mutex_lock (&aq->lock);
+      if (err == 0) {
+        epoch_flushed_locked (aq);
+        pthread_mutex_unlock (&aq->lock);
+        if (write_recovery_point (aq, aq->newest_flushed_ns) == -1)
+          err = EIO;
+        pthread_mutex_lock (&aq->lock);
+      }
+      n = 0;
+    }
+    if (err != 0)
+      sender_failed_locked (aq, batch, n, err);
+    aq->busy = false;
+    pthread_cond_broadcast (&aq->room);
+  }
+  pthread_mutex_unlock (&aq->lock);
+  return NULL;
+}
+
+/* Start the sender thread. */
+int
+async_start (struct async_leg *aq)
+{
+  int r = pthread_create (&aq->thread, NULL, sender, aq);
+
+  if (r != 0) {
+    errno = r;
+    nbdkit_error ("pthread_create: %m");
+    return -1;
+  }
+  aq->running = true;
+  return 0;
+}
+
+/* Wait up to timeout seconds for everything queued to be flushed (a
+ * clean stop), then stop the sender.  What is left keeps its activity-
+ * log extents hot: the next start resyncs them.
+ */
+void
+async_stop (struct async_leg *aq, double timeout)
+{
+  uint64_t deadline = now_ns () + (uint64_t) (timeout * 1e9);
+  struct aentry *left, *unflushed;
+
+  if (!aq->running)
+    return;
+  pthread_mutex_lock (&aq->lock);
+  while ((aq->queue.head || aq->unflushed.head || aq->busy) &&
+         !aq->dropping && now_ns () < deadline) {
+    struct timespec ts;
+    clock_gettime (CLOCK_REALTIME, &ts);
+    ts.tv_nsec += DRAIN_POLL_NS;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait (&aq->room, &aq->lock, &ts);
+  }
+  aq->stop = true;
+  pthread_cond_broadcast (&aq->work);
+  pthread_cond_broadcast (&aq->room);
+  pthread_mutex_unlock (&aq->lock);
+  pthread_join (aq->thread, NULL);
+  aq->running = false;
+  /* Not flushed: their extents stay hot (never released), so the log
+   * still names them when the engine stops.
+   */
+  left = alist_take (&aq->queue);
+  unflushed = alist_take (&aq->unflushed);
+  while (left) {
+    struct aentry *next = left->next;
+    free (left);
+    left = next;
+  }
+  while (unflushed) {
+    struct aentry *next = unflushed->next;
+    free (unflushed);
+    unflushed = next;
+  }
+}
+
+/* The leg receives writes again (a resync of its bitmap starts):
+ * queue from now on, without pulling ahead until async_caught_up.
+ */
+void
+async_resume (struct async_leg *aq)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
+  aq->dropping = false;
+  aq->catching_up = true;
+}
+
+/* The catch-up is over (done or not): pull-ahead allowed again. */
+void
+async_caught_up (struct async_leg *aq)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
+  aq->catching_up = false;
+  if (!aq->dropping)
+    aq->behind_since_ns = 0;
+  pthread_cond_broadcast (&aq->room);
+}
+
+/* Has the sender nothing in flight and nothing unflushed (a catch-up
+ * may start: its resync must not race a write still on its way)?
+ */
+bool
+async_idle (struct async_leg *aq)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
+  return aq->queue.head == NULL && aq->unflushed.head == NULL && !aq->busy;
+}
+
+/* Wait until every entry queued so far is flushed on the leg.  Returns
+ * 0, or -1 if the leg dropped out meanwhile.
+ */
+int
+async_drain (struct async_leg *aq)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
+  uint64_t target = aq->enq_seq;
+  struct aentry *e;
+
+  if (aq->epoch_open && (e = calloc (1, sizeof *e)) != NULL) {
+    e->op = OP_FLUSH;
+    e->enq_ns = now_ns ();
+    queue_locked (aq, e);
+    aq->epoch_open = false;
+  }
+  while (!aq->dropping && !aq->stop &&
+         (aq->queue.head || aq->unflushed.head || aq->busy) &&
+         aq->flushed_seq < target)
+    pthread_cond_wait (&aq->room, &aq->lock);
+  return aq->dropping || aq->stop ? -1 : 0;
+}
+
+/* Numbers for status (see async.h). */
+void
+async_get_status (struct async_leg *aq, struct async_status *st)
+{
+  uint64_t now = now_ns (), since;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
+
+  st->buffer_used = aq->used;
+  st->lag_bytes = aq->lag_bytes;
+  st->pull_aheads = aq->pull_aheads;
+  since = aq->behind_since_ns ? aq->behind_since_ns : aq->oldest_unflushed_ns;
+  st->lag_seconds = since && since < now ? (double) (now - since) / 1e9 : 0;
+  st->catching_up = aq->catching_up;
+}

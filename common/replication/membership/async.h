@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Asynchronous legs: queues sent in epochs.  See async.c. */
+
+#ifndef REPLICATE_ASYNC_H
+#define REPLICATE_ASYNC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+/* What status shows of an asynchronous leg's queue. */
+struct async_status {
+  uint64_t buffer_used;         /* bytes queued or in flight */
+  uint64_t lag_bytes;           /* bytes queued, not yet flushed */
+  double lag_seconds;           /* age of the oldest write not surely held */
+  uint64_t pull_aheads;         /* times it fell behind */
+  bool catching_up;             /* a resync of its bitmap runs */
+};
+
+/* Make a leg asynchronous (before nr_legs counts it).  Returns 0 or -1
+ * after nbdkit_error.
+ */
+extern int async_make_leg (struct volume *v, struct leg *l);
+/* Make an asynchronous leg synchronous for this run (a failover at
+ * start, before any thread runs).
+ */
+extern void async_promote_leg (struct volume *v, struct leg *l);
+/* Create / free the queue of an asynchronous leg.  NULL after
+ * nbdkit_error.
+ */
+extern struct async_leg *async_new (struct volume *v, struct leg *l);
+extern void async_free (struct async_leg *aq);
+/* Start the sender thread; stop it after waiting up to timeout seconds
+ * for the queue to be flushed.
+ */
+extern int async_start (struct async_leg *aq);
+extern void async_stop (struct async_leg *aq, double timeout);
+/* Queue a client write or zero (range lock and activity-log extents
+ * held by the caller); when the buffer is full, wait or pull ahead as
+ * async-full= says.
+ */
+extern void async_enqueue (struct volume *v, struct leg *l,
+                           const struct leg_cmd *cmd);
+/* End the current epoch of every asynchronous leg receiving writes. */
+extern void async_cut_epochs (struct volume *v);
+/* A resync of the leg's bitmap starts: queue again. */
+extern void async_resume (struct async_leg *aq);
+/* The catch-up is over: pull-ahead is allowed again. */
+extern void async_caught_up (struct async_leg *aq);
+/* Nothing queued, in flight or unflushed? */
+extern bool async_idle (struct async_leg *aq);
+/* Wait until everything queued so far is flushed on the leg.  Returns
+ * 0, or -1 if the leg dropped out.
+ */
+extern int async_drain (struct async_leg *aq);
+/* Numbers for status. */
+extern void async_get_status (struct async_leg *aq, struct async_status *st);
+
+#endif /* REPLICATE_ASYNC_H */
