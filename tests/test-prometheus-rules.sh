@@ -5,11 +5,9 @@
 # volume.  promtool check rules accepts them and promtool test rules
 # passes their unit tests (nbdkit-replicate.tests.yml).  Every metric
 # the rules and those tests name is in the output of a live `nbdrep
-# metrics` (so a renamed metric fails here), except
-# nbdkit_replicate_leg_async_lag_seconds, which only a controller with
-# asynchronous legs exports (TODO: drop the exception when this tree
-# has them).  Then the metrics of a live three-leg volume, healthy and
-# then with a replica killed (leg 1 failed, the volume degraded), are
+# metrics` (so a renamed metric fails here).  Then the metrics of a live
+# volume of three legs and an asynchronous one, healthy and then with a
+# replica killed (leg 1 failed, the volume degraded), are
 # captured as `nbdrep metrics --volume=vol` prints them and fed to
 # promtool as input series: healthy, no alert; degraded for 12 minutes,
 # NbdkitReplicateVolumeDegraded (after 10) and NbdkitReplicateLegFailed
@@ -29,9 +27,9 @@ promtool check rules "$rules"
 promtool test rules "$rules_dir/nbdkit-replicate.tests.yml"
 
 ctl=$tmpdir/c.ctl
-for i in 0 1 2; do start_replica "$i" 64M; done
+for i in 0 1 2 3; do start_replica "$i" 64M; done
 start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" "$r2_uri" \
-  control="$ctl" timeout=2
+  async="$r3_uri" control="$ctl" timeout=2
 wait_volume_state 30 "$ctl" healthy
 "$NBDREP" metrics --volume=vol "$ctl" >"$tmpdir/healthy.prom"
 kill_replica 1
@@ -39,6 +37,11 @@ wait_leg_state 30 "$ctl" 1 failed
 wait_volume_state 30 "$ctl" degraded
 "$NBDREP" metrics --volume=vol "$ctl" >"$tmpdir/degraded.prom"
 promtool check metrics <"$tmpdir/degraded.prom"
+# The asynchronous leg (index 3), and only it, has the async gauges.
+grep -E '^nbdkit_replicate_leg_async_lag_seconds\{volume="vol",leg="3"\} [0-9.e+-]+$' \
+  "$tmpdir/degraded.prom"
+test "$(grep -c '^nbdkit_replicate_leg_async_lag_seconds{' "$tmpdir/degraded.prom")" = 1
+test "$(grep -c '^nbdkit_replicate_leg_async_lag_bytes{' "$tmpdir/degraded.prom")" = 1
 
 # Every nbdkit_replicate_* name of the rules and their tests is exported.
 grep -ho 'nbdkit_replicate_[a-z_]*' "$rules" "$rules_dir/nbdkit-replicate.tests.yml" |
@@ -46,8 +49,7 @@ grep -ho 'nbdkit_replicate_[a-z_]*' "$rules" "$rules_dir/nbdkit-replicate.tests.
 test -s "$tmpdir/names"
 sed -n 's/^# TYPE \([a-z_]*\) .*/\1/p' "$tmpdir/degraded.prom" | sort -u \
   >"$tmpdir/exported"
-missing=$(comm -23 "$tmpdir/names" "$tmpdir/exported" |
-            grep -vx nbdkit_replicate_leg_async_lag_seconds || true)
+missing=$(comm -23 "$tmpdir/names" "$tmpdir/exported")
 if [ -n "$missing" ]; then
   echo "$0: the rules use metrics nbdrep metrics does not export: $missing"
   exit 1
