@@ -49,15 +49,32 @@ send_simple (const char *ctl, json_t *req)
   return EXIT_OK;
 }
 
-/* nbdrep add CTL URI. */
+/* nbdrep add CTL URI [--async]. */
 static int
 run_add (const struct subcommand *cmd, int argc, char **argv)
 {
-  int i = parse_plain (cmd, argc, argv, 2, 2);
-  json_t *req = json_pack ("{s:s, s:s}", "cmd", "add-leg",
-                           "uri", argv[i + 1]);
-  json_t *reply = ctl_call (argv[i], req);
-  json_t *index;
+  static const struct option longopts[] = {
+    { "async", no_argument, NULL, 'a' },
+    COMMON_LONG_OPTIONS
+  };
+  bool async = false;
+  json_t *req, *reply, *index;
+  int opt, i;
+
+  while ((opt = getopt_long (argc, argv, COMMON_SHORT_OPTIONS, longopts,
+                             NULL)) != -1) {
+    if (opt == 'a')
+      async = true;
+    else
+      other_option (cmd, opt);
+  }
+  need_operands (cmd, argc, argv, optind, 2, 2);
+  i = optind;
+  req = json_pack ("{s:s, s:s}", "cmd", "add-leg", "uri", argv[i + 1]);
+  /* Only when said: an older controller refuses the field. */
+  if (req != NULL && async)
+    json_object_set_new (req, "async", json_true ());
+  reply = ctl_call (argv[i], req);
 
   json_decref (req);
   if (reply == NULL)
@@ -161,8 +178,11 @@ run_set (const struct subcommand *cmd, int argc, char **argv)
 const struct subcommand cmd_add = {
   .name = "add",
   .run = run_add,
-  .synopsis = "CTL URI",
+  .synopsis = "CTL URI [--async]",
   .summary = "Add a leg (an NBD URI); it joins with a full resync.",
+  .options =
+  "  --async           An asynchronous leg (as async=URI): the client\n"
+  "                    never waits for it.\n",
   .description = "Prints the index of the new leg.\n",
 };
 

@@ -61,6 +61,9 @@ static const char *const volume_states[] = {
 static const char *const leg_states[] = {
   "uptodate", "syncing", "failed", "stale", "removed", NULL
 };
+static const char *const async_states[] = {
+  "replicating", "behind", "catching-up", "failed", NULL
+};
 static const char *const verify_states[] = {
   "running", "done", "stopped", "failed", NULL
 };
@@ -141,6 +144,25 @@ static const struct number_metric leg_metrics[] = {
   { "leg_async_lag_bytes", "gauge",
     "Bytes an asynchronous leg has not received yet.",
     "async", "lag_bytes", true },
+};
+
+/* The number families of asynchronous legs (the "async" object). */
+static const struct number_metric async_metrics[] = {
+  { "leg_async_lag_bytes", "gauge",
+    "Bytes an asynchronous leg may lack (queued and unflushed, and its "
+    "bitmap while behind or catching up).", "async", "lag_bytes", false },
+  { "leg_async_lag_seconds", "gauge",
+    "Age of the oldest write an asynchronous leg does not surely hold "
+    "(its recovery point).", "async", "lag_seconds", false },
+  { "leg_async_buffer_used_bytes", "gauge",
+    "Bytes queued or in flight for an asynchronous leg.",
+    "async", "buffer_used", false },
+  { "leg_async_buffer_size_bytes", "gauge",
+    "An asynchronous leg's buffer (async-buffer).", "async", "buffer_size",
+    false },
+  { "leg_async_pull_aheads_total", "counter",
+    "Times an asynchronous leg fell behind (its buffer was full).",
+    "async", "pull_aheads", false },
 };
 
 /* Print the HELP and TYPE lines of a family. */
@@ -355,6 +377,43 @@ print_leg_numbers (const json_t *legs)
   }
 }
 
+/* The families of the asynchronous legs, if there are any. */
+static void
+print_async_legs (const json_t *legs)
+{
+  const json_t *leg;
+  size_t m, i;
+  bool any = false;
+
+  json_array_foreach (legs, i, leg)
+    any |= jobj (leg, "async") != NULL;
+  if (!any)
+    return;
+  family ("leg_async_state", "gauge",
+          "Asynchronous leg state: 1 for the current word, 0 for the "
+          "others.");
+  json_array_foreach (legs, i, leg) {
+    char labels[512];
+    if (jobj (leg, "async") == NULL)
+      continue;
+    leg_labels (leg, labels, sizeof labels);
+    print_state_samples ("leg_async_state", async_states, labels,
+                         jstr (jobj (leg, "async"), "state"));
+  }
+  for (m = 0; m < sizeof async_metrics / sizeof async_metrics[0]; ++m) {
+    family (async_metrics[m].name, async_metrics[m].type,
+            async_metrics[m].help);
+    json_array_foreach (legs, i, leg) {
+      char labels[512];
+      if (jobj (leg, "async") == NULL)
+        continue;
+      leg_labels (leg, labels, sizeof labels);
+      sample (async_metrics[m].name, labels,
+              number_value (&async_metrics[m], leg));
+    }
+  }
+}
+
 /* A bucket bound in microseconds as exact decimal seconds. */
 static void
 format_le (int64_t us, char *buf, size_t len)
@@ -447,6 +506,7 @@ run_metrics (const struct subcommand *cmd, int argc, char **argv)
   print_leg_info (legs);
   print_leg_states (legs);
   print_leg_numbers (legs);
+  print_async_legs (legs);
   print_leg_latency (legs);
   json_decref (status);
   return EXIT_OK;

@@ -153,6 +153,27 @@ resync_cell (const json_t *leg, char *buf, size_t len)
     snprintf (buf, len, "-");
 }
 
+/* The STATE cell of a leg: its word, a backup's hold, and for an
+ * asynchronous leg its own state, lag and buffer use.
+ */
+static void
+state_cell (const json_t *leg, const char *word, const char *hold,
+            char *buf, size_t len)
+{
+  const json_t *a = jobj (leg, "async");
+
+  if (a == NULL) {
+    snprintf (buf, len, "%s%s%s", word ? word : "?",
+              hold ? ", held for " : "", hold ? hold : "");
+    return;
+  }
+  snprintf (buf, len, "async %s, lag %s %s, buffer %s",
+            jstr (a, "state") ? jstr (a, "state") : "?",
+            human_size (jcount (a, "lag_bytes")).s,
+            human_duration (jnum (a, "lag_seconds", 0)).s,
+            human_size (jcount (a, "buffer_used")).s);
+}
+
 /* The table of legs. */
 static void
 print_legs (const json_t *legs)
@@ -165,7 +186,7 @@ print_legs (const json_t *legs)
   size_t i;
 
   json_array_foreach (legs, i, leg) {
-    char index[24], state[64], resync[256], reads[24], writes[24];
+    char index[24], state[160], resync[256], reads[24], writes[24];
     char errors[24];
     const char *word = jstr (leg, "state"), *hold = jstr (leg, "hold");
     const char *last_error = jstr (leg, "last_error");
@@ -174,8 +195,7 @@ print_legs (const json_t *legs)
       last_error ? last_error : "-", jstr (leg, "uri"),
     };
     snprintf (index, sizeof index, "%" PRId64, jint (leg, "index", -1));
-    snprintf (state, sizeof state, "%s%s%s", word ? word : "?",
-              hold ? ", held for " : "", hold ? hold : "");
+    state_cell (leg, word, hold, state, sizeof state);
     resync_cell (leg, resync, sizeof resync);
     snprintf (reads, sizeof reads, "%" PRId64, jint (leg, "reads", 0));
     snprintf (writes, sizeof writes, "%" PRId64, jint (leg, "writes", 0));

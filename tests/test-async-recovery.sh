@@ -3,10 +3,10 @@
 #
 # An asynchronous leg across a full buffer, a controller crash and a
 # failover (DESIGN.md section 14), with the oracle after each step.
-#   1. async-full=pull-ahead with a 1M buffer and a leg 20 ms slower per
-#      write: a burst of writes overflows it; the leg falls behind
-#      (pull_aheads > 0), catches up by itself and replicates again,
-#      holding exactly what the synchronous legs hold.
+#   1. async-full=pull-ahead with a 1M buffer: a burst of writes while
+#      the leg's server is paused overflows it; the leg falls behind
+#      (pull_aheads > 0), and once resumed catches up by itself and
+#      replicates again, holding exactly what the synchronous legs hold.
 #   2. The controller is killed (SIGKILL) with writes queued for the
 #      slow leg; after the restart the leg resyncs incrementally (its
 #      bitmap and the activity log, not the whole volume) and ends equal
@@ -35,7 +35,7 @@ start_replica 1 32M
 start_replica 2 32M -- --filter=pause --filter=delay pause-control="$pause" \
   delay-write=20ms delay-zero=20ms
 start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" async="$r2_uri" \
-  async-buffer=1M control="$ctl"
+  async-buffer=1M timeout=60 control="$ctl"
 wait_volume_state 30 "$ctl" healthy
 wait_until 60 status_check "$ctl" 'leg(2)["async"]["state"] == "replicating"'
 new_expected "$expected" "$c_uri"
@@ -61,9 +61,12 @@ h.flush()
 "
 }
 
-# 1.  Pull-ahead, then catching up by itself.
+# 1.  Pull-ahead (the leg's server paused, so that the buffer surely
+# fills), then catching up by itself.
+pause_replica "$pause"
 burst "$c_uri"
-status_check "$ctl" 'leg(2)["async"]["pull_aheads"] > 0'
+status_check "$ctl" 'leg(2)["async"]["pull_aheads"] > 0 and leg(2)["async"]["state"] == "behind"'
+resume_replica "$pause"
 wait_until 120 status_check "$ctl" \
   'leg(2)["async"]["state"] == "replicating" and leg(2)["async"]["lag_bytes"] == 0'
 compare_legs_equal "$size" "$r0_uri" "$r1_uri" "$r2_uri"

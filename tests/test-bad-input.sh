@@ -161,6 +161,22 @@ refuse connections-0 -m "connections=0" -- \
   "$PLUGIN" "$r0" "$r1" connections=0
 refuse quorum-3-of-2 -m "quorum=3" -m "number of legs (2)" -- \
   "$PLUGIN" "$r0" "$r1" quorum=3
+refuse async-quorum -m "quorum=2" -m "number of synchronous legs (1)" -- \
+  "$PLUGIN" "$r0" async="$r1" quorum=2
+refuse async-only -m "every leg is asynchronous" -- \
+  "$PLUGIN" async="$r0" async="$r1"
+refuse async-no-metadata -m "async=URI needs metadata=internal" -- \
+  "$PLUGIN" "$r0" async="$r1" metadata=none
+refuse async-buffer-alone -m "async-buffer is given without async=URI" -- \
+  "$PLUGIN" "$r0" "$r1" async-buffer=8M
+refuse async-buffer-small -m "async-buffer=64K" -m "at least 1M" -- \
+  "$PLUGIN" "$r0" async="$r1" async-buffer=64K
+refuse async-full-word -m "async-full=later" -- \
+  "$PLUGIN" "$r0" async="$r1" async-full=later
+refuse async-prefer -m "prefer=1 names an asynchronous leg" -m "force=true" -- \
+  "$PLUGIN" "$r0" async="$r1" prefer=1
+refuse async-duplicate -m "duplicate leg" -- \
+  "$PLUGIN" "$r0" async="$r0"
 refuse filter-chunk-abc -m "chunk=abc" -- \
   --filter="$FILTER" file "$tmpdir/r0.img" replica="$r1" chunk=abc
 

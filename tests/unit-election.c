@@ -93,6 +93,7 @@ struct row {
   bool force;
   struct prefer prefer;
   bool final;
+  uint16_t async;               /* asynchronous legs (rule 7) */
 
   enum elect_outcome outcome;
   const char *roles;
@@ -308,6 +309,86 @@ static const struct row rows[] = {
     { SB (0, 7, ALL3, .quorum = 2), SB (1, 7, ALL3, .quorum = 2),
       SB (2, 5, ALL3, .quorum = 2) },
     .outcome = ELECT_EXISTING, .roles = "UUF", .reference = 0 },
+
+  /* --- Rule 7: asynchronous legs. */
+  { "async leg at its bm_gen: incremental", 3,
+    { SB (0, 7, .members = 0x3, .assigned = 0x4, .bm = { [2] = 5 }),
+      SB (1, 7, .members = 0x3, .assigned = 0x4, .bm = { [2] = 5 }),
+      SB (2, 5, .members = 0x3, .assigned = 0x4, .bm = { [2] = 5 }) },
+    .async = 0x4,
+    .outcome = ELECT_EXISTING, .roles = "UUI", .reference = 0 },
+  { "async leg at the winners' generation: never a winner", 3,
+    { SB (0, 7, .members = 0x3, .assigned = 0x4, .bm = { [2] = 5 }),
+      SB (1, 7, .members = 0x3, .assigned = 0x4, .bm = { [2] = 5 }),
+      SB (2, 7, .members = 0x3, .assigned = 0x4, .bm = { [2] = 5 }) },
+    .async = 0x4,
+    .outcome = ELECT_EXISTING, .roles = "UUF", .reference = 0 },
+  { "async leg at the top counter alone: still not a winner", 3,
+    { SB (0, 7, .members = 0x3, .assigned = 0x4, .bm = { [2] = 5 }),
+      SB (1, 7, .members = 0x3, .assigned = 0x4, .bm = { [2] = 5 }),
+      SB (2, 9, .members = 0x3, .assigned = 0x4, .bm = { [2] = 5 }) },
+    .async = 0x4,
+    .outcome = ELECT_EXISTING, .roles = "UUF", .reference = 0,
+    .lacks = { "split" } },
+  { "async leg unreachable: not waited for", 3,
+    { SB (0, 7, .members = 0x3, .assigned = 0x4),
+      SB (1, 7, .members = 0x3, .assigned = 0x4), GONE },
+    .async = 0x4,
+    .outcome = ELECT_EXISTING, .roles = "UUM", .reference = 0 },
+  { "async leg far behind, unknown to the winners: full", 3,
+    { SB (0, 7, .members = 0x3, .assigned = 0x4, .bm = { [2] = 5 }),
+      SB (1, 7, .members = 0x3, .assigned = 0x4, .bm = { [2] = 5 }),
+      SB (2, 2, .branch = 1, .members = 0x3, .assigned = 0x4) },
+    .async = 0x4,
+    .outcome = ELECT_EXISTING, .roles = "UUF", .reference = 0,
+    .lacks = { "split" } },
+  { "only async legs hold the volume: wait for the others", 3,
+    { GONE, GONE, SB (2, 5, .members = 0x3, .assigned = 0x4,
+                      .bm = { [2] = 5 }) },
+    .async = 0x4,
+    .outcome = ELECT_WAIT, .has = { "waiting for legs: 0, 1" } },
+  { "only async legs hold the volume, final: refused naming them", 3,
+    { GONE, GONE, SB (2, 5, .members = 0x3, .assigned = 0x4,
+                      .bm = { [2] = 5 }) },
+    .async = 0x4, .final = true, .force = true,
+    .outcome = ELECT_REFUSE,
+    .has = { "no synchronous leg holds the volume",
+             "only asynchronous leg(s) 2 can be reached",
+             "prefer=INDEX force=true" } },
+  { "a failover: prefer=2 force=true promotes the async leg", 3,
+    { GONE, GONE, SB (2, 5, .members = 0x3, .assigned = 0x4,
+                      .bm = { [2] = 5 }) },
+    .async = 0x4, .final = true, .force = true, .prefer = PREFER (2),
+    .outcome = ELECT_EXISTING, .roles = "MMU", .reference = 2,
+    .forced = true },
+  { "an inconsistent async leg is never promoted", 3,
+    { GONE, GONE, SB (2, 5, .members = 0x3, .assigned = 0x4,
+                      .bm = { [2] = 5 }, .inconsistent = true) },
+    .async = 0x4, .final = true, .force = true, .prefer = PREFER (2),
+    .outcome = ELECT_REFUSE, .has = { "no consistent leg" } },
+  { "a once promoted async leg the winners do not know: split brain", 3,
+    { SB (0, 7, .members = 0x3, .assigned = 0x4, .bm = { [2] = 5 }),
+      SB (1, 7, .members = 0x3, .assigned = 0x4, .bm = { [2] = 5 }),
+      SB (2, 7, .branch = 5, .members = 0x4, .assigned = 0x3) },
+    .async = 0x4,
+    .outcome = ELECT_REFUSE, .split_brain = true,
+    .has = { "split brain: asynchronous leg 2 (generation 7:b0b00000)",
+             "prefer=INDEX" } },
+  { "the same, prefer=0: the async leg is rebuilt", 3,
+    { SB (0, 7, .members = 0x3, .assigned = 0x4, .bm = { [2] = 5 }),
+      SB (1, 7, .members = 0x3, .assigned = 0x4, .bm = { [2] = 5 }),
+      SB (2, 7, .branch = 5, .members = 0x4, .assigned = 0x3) },
+    .async = 0x4, .prefer = PREFER (0),
+    .outcome = ELECT_EXISTING, .roles = "UUF", .reference = 0 },
+  { "all blank with an async leg: created, the async leg joins", 3,
+    { ZERO, ZERO, ZERO },
+    .async = 0x4,
+    .outcome = ELECT_CREATE, .roles = "UUF", .reference = -1,
+    .create = CREATE_CLEAN },
+  { "init=copy from an async leg 0: refused", 2,
+    { DATA, ZERO },
+    .async = 0x1, .init = INIT_COPY,
+    .outcome = ELECT_REFUSE, .has = { "leg 0 is asynchronous" } },
 
   /* --- Rule 5: full resyncs. */
   { "inconsistent, gen == bm_gen: the resync resumes", 3,
@@ -590,6 +671,7 @@ run_row (const struct row *r)
   in.force = r->force;
   in.prefer = r->prefer.set ? r->prefer.leg : -1;
   in.final = r->final;
+  in.async = r->async;
 
   elect (&in, &out);
 

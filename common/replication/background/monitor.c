@@ -302,6 +302,11 @@ monitor_apply_verdict (struct volume *v, struct leg *l, enum verdict verdict)
 
   leg_name (l, name, sizeof name);
   l->refused = false;
+  /* An asynchronous leg is never uptodate (a former member added back
+   * as one is rebuilt: its slot must leave the generation).
+   */
+  if (verdict == V_UPTODATE && l->async)
+    verdict = V_FULL;
   if (verdict == V_UPTODATE) {
     if (rejoin_uptodate (v, l) == -1)
       return -1;

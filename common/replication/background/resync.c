@@ -107,6 +107,7 @@ struct resync {
   pthread_t thread;
   _Atomic bool cancel;
   _Atomic bool finished;
+  bool receiving;               /* the target received writes (step 2) */
 
   pthread_mutex_t lock;         /* everything below */
   uint64_t cursor;              /* next chunk to look at */
@@ -623,7 +624,10 @@ claim_target (struct resync *rs)
     v->sb.slots[l->slot].flags &= ~SLOT_MEMBER;
   }
   l->inconsistent = true;
-  if (metaio_write_sb (v, 1u << l->index, NULL) != 0) {
+  /* An asynchronous leg's superblock is written without change_lock
+   * (prepare_target): it may be slow.
+   */
+  if (!l->async && metaio_write_sb (v, 1u << l->index, NULL) != 0) {
     leg_set_error (l, "cannot mark the leg inconsistent");
     return -1;
   }
@@ -644,6 +648,10 @@ prepare_target (struct resync *rs)
   pthread_mutex_unlock (&v->change_lock);
   if (r == -1 || !v->metadata)
     return r;
+  if (rs->target->async && async_write_sb (rs->target->aq) != 0) {
+    leg_set_error (rs->target, "cannot mark the leg inconsistent");
+    return -1;
+  }
   if (metaio_persist_bitmaps (v) == -1)
     return -1;
   member_change_begin (v);
@@ -665,6 +673,7 @@ start_receiving_writes (struct resync *rs)
 
   if (l->aq)
     async_resume (l->aq);
+  rs->receiving = true;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
 
   member_set_state (v, l, LEG_SYNCING, rs->full ? "full resync started"
@@ -696,9 +705,10 @@ finish_async (struct resync *rs)
     else
       r = -1;
   }
-  if (r == 0 && v->metadata && metaio_write_sb (v, 1u << l->index, NULL) != 0)
-    r = -1;
   pthread_mutex_unlock (&v->change_lock);
+  /* Not under change_lock: the leg may be slow (async.c). */
+  if (r == 0 && v->metadata && async_write_sb (l->aq) != 0)
+    r = -1;
   if (r == -1 && atomic_load (&l->state) == LEG_SYNCING)
     member_fail_leg (v, l, EPOCH_ANY, "cannot clear the inconsistent flag");
   return r;
@@ -787,6 +797,11 @@ give_up (struct resync *rs)
     return;
   }
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+  /* An asynchronous target that fell behind while catching up is the
+   * monitor's again: it catches up anew once idle (async.c).
+   */
+  if (rs->receiving && l->async)
+    return;
   if (atomic_load (&l->state) == LEG_STALE) {
     member_set_state (v, l, LEG_FAILED, "the resync could not start");
     leg_back_off_locked (l);

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "async.h"
 #include "state.h"
 #include "drain.h"
 #include "leg.h"
@@ -80,13 +81,32 @@ free_slot_exists (struct volume *v)
   return false;
 }
 
-/* Add a leg: connect it and judge it before it is published, so that
- * the operator hears at once of an unreachable leg or one of another
- * volume; then start its resync.  Returns its index, or -1 with the
- * reason in err.  Only the control thread adds legs.
+/* Make a leg being added asynchronous: its queue and sender, before
+ * the leg is counted.  Returns 0, or -1 with the reason in err.
+ */
+static int
+make_added_async (struct volume *v, struct leg *l, char *err, size_t errlen)
+{
+  if (!v->metadata) {
+    snprintf (err, errlen, "an asynchronous leg needs metadata=internal");
+    return -1;
+  }
+  if (async_make_leg (v, l) == -1 || async_start (l->aq) == -1) {
+    snprintf (err, errlen, "cannot start its asynchronous queue");
+    return -1;
+  }
+  return 0;
+}
+
+/* Add a leg (asynchronous: async=URI at run time): connect it and
+ * judge it before it is published, so that the operator hears at once
+ * of an unreachable leg or one of another volume; then start its
+ * resync.  Returns its index, or -1 with the reason in err.  Only the
+ * control thread adds legs.
  */
 int
-admin_add_leg (struct volume *v, const char *uri, char *err, size_t errlen)
+admin_add_leg (struct volume *v, const char *uri, bool async, char *err,
+               size_t errlen)
 {
   struct leg *l;
   enum verdict verdict;
@@ -125,7 +145,15 @@ admin_add_leg (struct volume *v, const char *uri, char *err, size_t errlen)
               v->cfg.max_legs);
     verdict = V_REFUSE;
   }
+  if (verdict != V_REFUSE && verdict != V_UNREACHABLE && async &&
+      make_added_async (v, l, err, errlen) == -1)
+    verdict = V_REFUSE;
   if (verdict == V_REFUSE || verdict == V_UNREACHABLE) {
+    if (l->aq) {
+      async_stop (l->aq, 0);
+      async_free (l->aq);
+      atomic_fetch_and (&v->async_mask, (uint16_t) ~(1u << n));
+    }
     leg_close (l);
     free (l->owned_uri);
     free (l->sb_buf);           /* examining it may have allocated them */

@@ -8,8 +8,8 @@
 
 struct volume;
 
-extern int admin_add_leg (struct volume *v, const char *uri,
-                           char *err, size_t errlen);
+extern int admin_add_leg (struct volume *v, const char *uri, bool async,
+                          char *err, size_t errlen);
 extern int admin_remove_leg (struct volume *v, unsigned index,
                               char *err, size_t errlen);
 extern int admin_set (struct volume *v, const char *key, const char *value,

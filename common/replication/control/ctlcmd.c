@@ -114,12 +114,12 @@ cmd_resync (struct volume *v, const struct ctlreq *r)
   return json_pack ("{s:b}", "ok", 1);
 }
 
-/* add-leg: a new leg, synced fully. */
+/* add-leg: a new leg (asynchronous if asked), synced fully. */
 static json_t *
 cmd_add_leg (struct volume *v, const struct ctlreq *r)
 {
   char err[512];
-  int i = admin_add_leg (v, r->uri, err, sizeof err);
+  int i = admin_add_leg (v, r->uri, r->async, err, sizeof err);
 
   if (i == -1)
     return ctl_error_reply ("%s", err);

@@ -18,7 +18,8 @@
  * joined meanwhile, with FUA, to every leg receiving writes.
  *
  * Cooling (the background flusher, every AL_INTERVAL seconds or when
- * the log is 3/4 full): collect hot extents with no reference and clear
+ * the log is 3/4 full; at 3/4 the asynchronous legs first let go of the
+ * extents they hold, async.c): collect hot extents with no reference and clear
  * their DIRTY bit; flush every writing leg; write the absent slots'
  * dirty bitmap pages; then an extent that is still exactly HOT (no new
  * write began since: DIRTY still clear, no reference) leaves the log.
@@ -562,8 +563,12 @@ al_cool (struct al *al)
 
   /* The engine's flush ends the asynchronous legs' epochs too, so that
    * their queued writes let go of the log even when clients never
-   * flush.
+   * flush; a log filling up with extents they hold makes them fall
+   * behind (async_shed), their bitmap pages written below before those
+   * extents cool.
    */
+  if (al_nr_hot (al) * 4 >= al->capacity * 3)
+    async_shed (v);
   async_cut_epochs (v);
   if (nr_cand > 0) {
     if (judge_flush_legs (v, volume_sync_legs (v, MB_WRITING (membership_load (v))),

@@ -43,7 +43,12 @@
  *     catching up the leg is not consistent (its superblock says
  *     inconsistent, and a failover refuses it); the resync's end waits
  *     until the queue has been flushed up to that moment
- *     (async_drain), then clears the flag (resync.c).
+ *     (async_drain), then clears the flag (resync.c).  A leg catching
+ *     up falls behind the same way (its resync then stops).
+ * The activity log bounds the queue too: at three quarters full, every
+ * asynchronous leg holding extents falls behind and lets them go, the
+ * ranges of the writes it was sent but has not flushed marked in its
+ * bitmap (async_shed, called by the cooler before it cools).
  * The leg is marked stale before any bit is set, under v->lock: a
  * resync's checkpoint clears copied runs under that lock and only while
  * its target is syncing, so it can never clear a bit set for a dropped
@@ -55,8 +60,10 @@
  * bitmap; the sender then drops what is queued and unflushed the same
  * way, and waits until the leg receives writes again (async_resume).
  *
- * Lock order: aq->lock is a leaf; nothing is called with it held but
- * the condition variables.  The sender takes no lock across I/O.
+ * Lock order: v->lock -> aq->lock (the monitor and status look at the
+ * queue under v->lock), and aq->lock is a leaf: nothing that takes
+ * another lock is called with it held.  The sender takes no lock
+ * across I/O.
  */
 
 #include <config.h>
@@ -93,6 +100,7 @@ struct aentry {
   uint32_t flags;
   uint64_t enq_ns;              /* when it was queued */
   uint64_t seq;                 /* its number in the queue */
+  bool released;                /* its extents let go early (async_shed) */
   char data[];                  /* OP_WRITE */
 };
 
@@ -118,15 +126,20 @@ struct async_leg {
   uint64_t behind_since_ns;     /* when it last fell behind, or 0 */
   bool epoch_open;              /* something queued since the last marker */
   bool dropping;                /* behind or failed: mark, do not queue */
-  bool catching_up;             /* a resync runs: never pull ahead */
   bool busy;                    /* the sender has a batch out */
+  bool idle_told;               /* the monitor knows it is idle */
   bool stop;
   uint64_t pull_aheads;         /* times it fell behind */
 
+  struct aentry *batch[WINDOW]; /* the sender's batch, on its way */
+  size_t nr_batch;
+
   pthread_t thread;
   bool running;
-  struct ioreq *reqs;           /* the sender's batch (WINDOW) */
+  struct ioreq *reqs;           /* the batch's requests */
   uint64_t newest_flushed_ns;   /* enq_ns of the newest flushed write */
+  pthread_mutex_t sb_lock;      /* the leg's superblock write */
+  uint8_t *sb_buf;              /* and its buffer (META_BLOCK, aligned) */
   uint64_t rpo_written_ns;      /* when the recovery point was written */
 };
 
@@ -164,16 +177,22 @@ struct async_leg *
 async_new (struct volume *v, struct leg *l)
 {
   struct async_leg *aq = calloc (1, sizeof *aq);
+  void *buf = NULL;
 
-  if (aq == NULL || (aq->reqs = calloc (WINDOW, sizeof *aq->reqs)) == NULL) {
+  if (aq == NULL || (aq->reqs = calloc (WINDOW, sizeof *aq->reqs)) == NULL ||
+      posix_memalign (&buf, META_BLOCK, META_BLOCK) != 0) {
+    if (aq)
+      free (aq->reqs);
     free (aq);
-    nbdkit_error ("calloc: %m");
+    nbdkit_error ("out of memory");
     return NULL;
   }
+  aq->sb_buf = buf;
   aq->v = v;
   aq->l = l;
   aq->dropping = true;          /* until a resync starts it (async_resume) */
   pthread_mutex_init (&aq->lock, NULL);
+  pthread_mutex_init (&aq->sb_lock, NULL);
   pthread_cond_init (&aq->work, NULL);
   pthread_cond_init (&aq->room, NULL);
   return aq;
@@ -214,9 +233,11 @@ async_free (struct async_leg *aq)
     return;
   assert (!aq->running);
   pthread_mutex_destroy (&aq->lock);
+  pthread_mutex_destroy (&aq->sb_lock);
   pthread_cond_destroy (&aq->work);
   pthread_cond_destroy (&aq->room);
   free (aq->reqs);
+  free (aq->sb_buf);
   free (aq);
 }
 
@@ -234,8 +255,19 @@ mark_and_release (struct async_leg *aq, struct aentry *e)
   if (slot >= 0 && v->bitmaps[slot] != NULL)
     bitmap_mark_range (v->bitmaps[slot], e->offset / v->cfg.chunk,
                        (e->offset + e->count - 1) / v->cfg.chunk);
-  if (v->al)
+  if (v->al && !e->released)
     al_release (v->al, e->offset, e->count);
+}
+
+/* Free a list of entries. */
+static void
+free_list (struct aentry *e)
+{
+  while (e) {
+    struct aentry *next = e->next;
+    free (e);
+    e = next;
+  }
 }
 
 /* Mark and free a list of entries (see mark_and_release). */
@@ -261,11 +293,14 @@ leave_receiving (struct async_leg *aq, const char *why)
   struct leg *l = aq->l;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
 
-  /* No resync runs here: a leg catching up never pulls ahead, and one
+  /* A catch-up running (its resync) sees the leg stale and stops, its
+   * checkpoint clears no bit once the leg is not syncing, and its end
+   * leaves a leg that fell behind to the monitor (resync.c).  A leg
    * that failed is out already.
    */
   if (atomic_load (&l->state) != LEG_SYNCING)
     return;
+  l->want_full = false;         /* its bitmap says what it lacks */
   member_set_state (v, l, LEG_STALE, why);
 }
 
@@ -284,6 +319,7 @@ start_dropping_locked (struct async_leg *aq)
       aq->lag_bytes -= p->count;
   }
   aq->dropping = true;
+  aq->idle_told = false;
   aq->epoch_open = false;
   pthread_cond_broadcast (&aq->room);
   return e;
@@ -333,6 +369,7 @@ entry_for (const struct leg_cmd *cmd)
   e->offset = cmd->offset;
   e->flags = cmd->flags & ENGINE_FLAG_MAY_TRIM;
   e->enq_ns = now_ns ();
+  e->released = false;
   if (extra)
     memcpy (e->data, cmd->buf, extra);
   return e;
@@ -376,7 +413,7 @@ async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
       pthread_mutex_unlock (&aq->lock);
       return;
     }
-    if (v->cfg.async_full == ASYNC_FULL_BLOCK || aq->catching_up) {
+    if (v->cfg.async_full == ASYNC_FULL_BLOCK) {
       pthread_cond_wait (&aq->room, &aq->lock);
       continue;
     }
@@ -393,6 +430,110 @@ async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
   mark_unqueued (aq, cmd);
 }
 
+/* Queue the marker that ends the current epoch, if anything was
+ * queued since the last one.  aq->lock held.
+ */
+static void
+cut_epoch_locked (struct async_leg *aq)
+{
+  struct aentry *e;
+
+  if (!aq->epoch_open || (e = calloc (1, sizeof *e)) == NULL)
+    return;
+  e->op = OP_FLUSH;
+  e->enq_ns = now_ns ();
+  queue_locked (aq, e);
+  aq->epoch_open = false;
+}
+
+/* A range whose extents async_shed let go. */
+struct shed_range {
+  uint64_t offset;
+  uint32_t count;
+};
+
+/* Take the queue and note the ranges of the writes on their way and
+ * answered but unflushed, marking them released.  *nr: how many ranges
+ * (their array is returned, NULL if none or out of memory: then none
+ * is released).  aq->lock held.
+ */
+static struct shed_range *
+shed_locked (struct async_leg *aq, struct aentry **dropped, size_t *nr)
+{
+  struct shed_range *r;
+  struct aentry *e;
+  size_t n = aq->nr_batch, i;
+
+  for (e = aq->unflushed.head; e; e = e->next)
+    n++;
+  if (!aq->dropping)
+    aq->pull_aheads++;
+  if (aq->behind_since_ns == 0)
+    aq->behind_since_ns = aq->oldest_unflushed_ns ? aq->oldest_unflushed_ns
+                                                  : now_ns ();
+  *dropped = start_dropping_locked (aq);
+  *nr = 0;
+  if (n == 0 || (r = calloc (n, sizeof *r)) == NULL)
+    return NULL;
+  for (i = 0; i < aq->nr_batch; ++i)
+    if (!aq->batch[i]->released) {
+      aq->batch[i]->released = true;
+      r[(*nr)++] = (struct shed_range) { aq->batch[i]->offset,
+                                         aq->batch[i]->count };
+    }
+  for (e = aq->unflushed.head; e; e = e->next)
+    if (!e->released) {
+      e->released = true;
+      r[(*nr)++] = (struct shed_range) { e->offset, e->count };
+    }
+  return r;
+}
+
+/* The activity log is filling up with extents held for asynchronous
+ * legs (a leg that answers slowly, or not at all until it times out):
+ * every asynchronous leg holding any falls behind, whatever async-full
+ * says (a full log would make every writer wait), and lets them go: its
+ * queue is dropped as in a pull-ahead, and the writes it was sent but
+ * has not flushed are marked in its bitmap and their extents released
+ * now (their answers are still awaited: the catch-up waits for them,
+ * async_idle).  Called by the cooler before it cools, so that the
+ * bitmap pages are written before those extents leave the log.  No
+ * lock held.
+ */
+void
+async_shed (struct volume *v)
+{
+  uint16_t legs = atomic_load_explicit (&v->async_mask, memory_order_relaxed);
+
+  for (; legs != 0; legs &= legs - 1) {
+    struct async_leg *aq = v->legs[__builtin_ctz (legs)].aq;
+    struct aentry *dropped;
+    struct shed_range *r;
+    size_t nr = 0, i;
+
+    if (aq == NULL)
+      continue;
+    pthread_mutex_lock (&aq->lock);
+    if (aq->queue.head == NULL && aq->unflushed.head == NULL &&
+        aq->nr_batch == 0) {
+      pthread_mutex_unlock (&aq->lock);
+      continue;
+    }
+    r = shed_locked (aq, &dropped, &nr);
+    pthread_mutex_unlock (&aq->lock);
+    leave_receiving (aq, "the activity log is full of its writes: pulled "
+                     "ahead");
+    drop_list (aq, dropped);
+    for (i = 0; i < nr; ++i) {
+      struct aentry e = { .op = OP_WRITE, .offset = r[i].offset,
+                          .count = r[i].count };
+      mark_and_release (aq, &e);
+    }
+    free (r);
+    member_wake_monitor (v);
+  }
+}
+
 /* End the current epoch of every asynchronous leg receiving writes (a
  * client flush, or the engine's own).
  */
@@ -404,16 +545,10 @@ async_cut_epochs (struct volume *v)
 
   for (; legs != 0; legs &= legs - 1) {
     struct async_leg *aq = v->legs[__builtin_ctz (legs)].aq;
-    struct aentry *e;
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
 
-    if (!aq->epoch_open || aq->dropping ||
-        (e = calloc (1, sizeof *e)) == NULL)
-      continue;
-    e->op = OP_FLUSH;
-    e->enq_ns = now_ns ();
-    queue_locked (aq, e);
-    aq->epoch_open = false;
+    if (!aq->dropping)
+      cut_epoch_locked (aq);
   }
 }
 
@@ -430,8 +565,9 @@ overlap (const struct aentry *a, const struct aentry *b)
  * aq->lock held.  Returns the number taken.
  */
 static size_t
-take_batch (struct async_leg *aq, struct aentry **batch, bool *marker)
+take_batch (struct async_leg *aq, bool *marker)
 {
+  struct aentry **batch = aq->batch;
   size_t n = 0, i;
 
   *marker = false;
@@ -453,6 +589,7 @@ take_batch (struct async_leg *aq, struct aentry **batch, bool *marker)
     if (aq->queue.head == NULL)
       aq->queue.tail = NULL;
     batch[n++] = e;
+    aq->nr_batch = n;
   }
   return n;
 }
@@ -506,6 +643,7 @@ batch_answered_locked (struct async_leg *aq, struct aentry **batch, size_t n)
     aq->used -= entry_cost (e);
     alist_push (&aq->unflushed, e);
   }
+  aq->nr_batch = 0;
   pthread_cond_broadcast (&aq->room);
 }
 
@@ -527,7 +665,7 @@ epoch_flushed_locked (struct async_leg *aq)
   pthread_mutex_unlock (&aq->lock);
   for (; e; e = next) {
     next = e->next;
-    if (v->al)
+    if (v->al && !e->released)
       al_release (v->al, e->offset, e->count);
     free (e);
   }
@@ -535,31 +673,66 @@ epoch_flushed_locked (struct async_leg *aq)
   pthread_cond_broadcast (&aq->room);
 }
 
+/* Write the leg's superblock (its recovery point, or the end of a
+ * catch-up).  No I/O to the leg is made under change_lock, which every
+ * membership change of the volume needs (a slow or stuck asynchronous
+ * leg must not hold those up): the superblock is built under it, then
+ * written under aq->sb_lock alone (one superblock write in flight for
+ * the leg: claim_target, which writes it under change_lock, runs only
+ * while the sender is idle, before the catch-up).  Returns 0 or an
+ * errno.
+ */
+int
+async_write_sb (struct async_leg *aq)
+{
+  struct volume *v = aq->v;
+  struct leg *l = aq->l;
+  struct leg_cmd cmd = {
+    .op = OP_WRITE, .buf = aq->sb_buf, .count = META_BLOCK,
+    .flags = ENGINE_FLAG_FUA,
+  };
+  uint64_t seq;
+  int e;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->sb_lock);
+
+  pthread_mutex_lock (&v->change_lock);
+  seq = metaio_encode_sb (v, l, aq->sb_buf);
+  pthread_mutex_unlock (&v->change_lock);
+  cmd.offset = md_sb_offset (l->caps.size, seq % 2);
+  e = ioreq_sync_io (l, &cmd);
+  if (e == 0) {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
+    if (l->sb_seq < seq)
+      l->sb_seq = seq;
+  }
+  return e;
+}
+
 /* Write the leg's recovery point (its superblock's mtime, see
  * start.c's failover) if a second has passed since the last time.
- * Returns 0 or -1 if the superblock could not be written.
+ * Returns 0 or an errno.
  */
 static int
 write_recovery_point (struct async_leg *aq, uint64_t newest_ns)
 {
   struct volume *v = aq->v;
-  struct leg *l = aq->l;
   uint64_t now = now_ns (), age;
-  uint16_t failed;
 
   if (!v->metadata || newest_ns == 0 ||
       now - aq->rpo_written_ns < RPO_INTERVAL_NS)
     return 0;
   aq->rpo_written_ns = now;
   age = now > newest_ns ? (now - newest_ns) / 1000000000ULL : 0;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
-  l->rpo_time = (uint64_t) time (NULL) - age;
-  failed = metaio_write_sb (v, (uint16_t) (1u << l->index), NULL);
-  return failed ? -1 : 0;
+  pthread_mutex_lock (&v->change_lock);
+  aq->l->rpo_time = (uint64_t) time (NULL) - age;
+  pthread_mutex_unlock (&v->change_lock);
+  return async_write_sb (aq);
 }
 
-/* The leg failed under the sender: record it, then drop everything.
- * aq->lock held, dropped around the work.
+/* The leg failed under the sender: record it (before anything is
+ * dropped, so that no writer finds the queue dropping while the leg is
+ * still syncing), then drop everything.  aq->lock held, dropped around
+ * the work.
  */
 static void
 sender_failed_locked (struct async_leg *aq, struct aentry **batch, size_t n,
@@ -568,17 +741,20 @@ sender_failed_locked (struct async_leg *aq, struct aentry **batch, size_t n,
   struct aentry *dropped, *unflushed;
   size_t i;
 
+  pthread_mutex_unlock (&aq->lock);
+  member_fail_leg (aq->v, aq->l, EPOCH_ANY, "asynchronous write failed: %s",
+                   strerror (err));
+  pthread_mutex_lock (&aq->lock);
+  for (i = 0; i < n; ++i)
+    aq->used -= entry_cost (batch[i]);
+  aq->nr_batch = 0;
+  dropped = start_dropping_locked (aq);
+  unflushed = alist_take (&aq->unflushed);
   aq->lag_bytes = 0;
   aq->oldest_unflushed_ns = 0;
   aq->behind_since_ns = 0;
-  for (i = 0; i < n; ++i)
-    aq->used -= entry_cost (batch[i]);
-  dropped = start_dropping_locked (aq);
-  unflushed = alist_take (&aq->unflushed);
   pthread_mutex_unlock (&aq->lock);
 
-  member_fail_leg (aq->v, aq->l, EPOCH_ANY, "asynchronous write failed: %s",
-                   strerror (err));
   for (i = 0; i < n; ++i) {
     mark_and_release (aq, batch[i]);
     free (batch[i]);
@@ -586,7 +762,6 @@ sender_failed_locked (struct async_leg *aq, struct aentry **batch, size_t n,
   drop_list (aq, unflushed);
   drop_list (aq, dropped);
   pthread_mutex_lock (&aq->lock);
-  aq->lag_bytes = 0;
   pthread_cond_broadcast (&aq->room);
 }
 
@@ -605,7 +780,7 @@ static void *
 sender (void *arg)
 {
   struct async_leg *aq = arg;
-  struct aentry *batch[WINDOW];
+  struct aentry **batch = aq->batch;
 
   pthread_mutex_lock (&aq->lock);
   while (!aq->stop) {
@@ -613,10 +788,18 @@ sender (void *arg)
     size_t n;
     int err = 0;
 
-    n = take_batch (aq, batch, &marker);
+    n = take_batch (aq, &marker);
     if (n == 0 && !flush_due_locked (aq, marker)) {
-      if (aq->dropping && aq->unflushed.head == NULL)
-        member_wake_monitor (aq->v);    /* idle: catching up may start */
+      if (aq->dropping && aq->unflushed.head == NULL && !aq->idle_told) {
+        /* Idle: catching up may start.  The monitor takes v->lock,
+         * which comes before aq->lock.
+         */
+        aq->idle_told = true;
+        pthread_mutex_unlock (&aq->lock);
+        member_wake_monitor (aq->v);
+        pthread_mutex_lock (&aq->lock);
+        continue;
+      }
       if (!marker)
         pthread_cond_wait (&aq->work, &aq->lock);
       continue;
@@ -635,8 +818,7 @@ sender (void *arg)
       if (err == 0) {
         epoch_flushed_locked (aq);
         pthread_mutex_unlock (&aq->lock);
-        if (write_recovery_point (aq, aq->newest_flushed_ns) == -1)
-          err = EIO;
+        err = write_recovery_point (aq, aq->newest_flushed_ns);
         pthread_mutex_lock (&aq->lock);
       }
       n = 0;
@@ -673,7 +855,6 @@ void
 async_stop (struct async_leg *aq, double timeout)
 {
   uint64_t deadline = now_ns () + (uint64_t) (timeout * 1e9);
-  struct aentry *left, *unflushed;
 
   if (!aq->running)
     return;
@@ -698,40 +879,29 @@ async_stop (struct async_leg *aq, double timeout)
   /* Not flushed: their extents stay hot (never released), so the log
    * still names them when the engine stops.
    */
-  left = alist_take (&aq->queue);
-  unflushed = alist_take (&aq->unflushed);
-  while (left) {
-    struct aentry *next = left->next;
-    free (left);
-    left = next;
-  }
-  while (unflushed) {
-    struct aentry *next = unflushed->next;
-    free (unflushed);
-    unflushed = next;
-  }
+  free_list (alist_take (&aq->queue));
+  free_list (alist_take (&aq->unflushed));
 }
 
 /* The leg receives writes again (a resync of its bitmap starts):
- * queue from now on, without pulling ahead until async_caught_up.
+ * queue from now on.
  */
 void
 async_resume (struct async_leg *aq)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
   aq->dropping = false;
-  aq->catching_up = true;
 }
 
-/* The catch-up is over (done or not): pull-ahead allowed again. */
+/* The catch-up is over: if it did not fall behind again meanwhile, its
+ * lag is the queue's again.
+ */
 void
 async_caught_up (struct async_leg *aq)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
-  aq->catching_up = false;
   if (!aq->dropping)
     aq->behind_since_ns = 0;
-  pthread_cond_broadcast (&aq->room);
 }
 
 /* Has the sender nothing in flight and nothing unflushed (a catch-up
@@ -752,14 +922,8 @@ async_drain (struct async_leg *aq)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
   uint64_t target = aq->enq_seq;
-  struct aentry *e;
 
-  if (aq->epoch_open && (e = calloc (1, sizeof *e)) != NULL) {
-    e->op = OP_FLUSH;
-    e->enq_ns = now_ns ();
-    queue_locked (aq, e);
-    aq->epoch_open = false;
-  }
+  cut_epoch_locked (aq);
   while (!aq->dropping && !aq->stop &&
          (aq->queue.head || aq->unflushed.head || aq->busy) &&
          aq->flushed_seq < target)
@@ -779,5 +943,4 @@ async_get_status (struct async_leg *aq, struct async_status *st)
   st->pull_aheads = aq->pull_aheads;
   since = aq->behind_since_ns ? aq->behind_since_ns : aq->oldest_unflushed_ns;
   st->lag_seconds = since && since < now ? (double) (now - since) / 1e9 : 0;
-  st->catching_up = aq->catching_up;
 }

@@ -15,7 +15,6 @@ struct async_status {
   uint64_t lag_bytes;           /* bytes queued, not yet flushed */
   double lag_seconds;           /* age of the oldest write not surely held */
   uint64_t pull_aheads;         /* times it fell behind */
-  bool catching_up;             /* a resync of its bitmap runs */
 };
 
 /* Make a leg asynchronous (before nr_legs counts it).  Returns 0 or -1
@@ -42,11 +41,18 @@ extern void async_stop (struct async_leg *aq, double timeout);
  */
 extern void async_enqueue (struct volume *v, struct leg *l,
                            const struct leg_cmd *cmd);
+/* The activity log is filling up: every asynchronous leg holding
+ * extents falls behind and lets them go (their ranges marked in its
+ * bitmap).  No lock held.
+ */
+extern void async_shed (struct volume *v);
 /* End the current epoch of every asynchronous leg receiving writes. */
 extern void async_cut_epochs (struct volume *v);
 /* A resync of the leg's bitmap starts: queue again. */
 extern void async_resume (struct async_leg *aq);
-/* The catch-up is over: pull-ahead is allowed again. */
+/* The catch-up is over (its lag is the queue's again if it did not
+ * fall behind meanwhile).
+ */
 extern void async_caught_up (struct async_leg *aq);
 /* Nothing queued, in flight or unflushed? */
 extern bool async_idle (struct async_leg *aq);
@@ -54,6 +60,10 @@ extern bool async_idle (struct async_leg *aq);
  * 0, or -1 if the leg dropped out.
  */
 extern int async_drain (struct async_leg *aq);
+/* Write the leg's superblock without holding change_lock across the
+ * I/O.  Returns 0 or an errno.
+ */
+extern int async_write_sb (struct async_leg *aq);
 /* Numbers for status. */
 extern void async_get_status (struct async_leg *aq, struct async_status *st);
 

@@ -279,6 +279,20 @@ sb_for_leg (struct volume *v, struct leg *l, struct superblock *sb)
   }
 }
 
+/* Encode leg l's superblock, with the next seq, into buf (META_BLOCK
+ * bytes), for a write the caller makes without change_lock (an
+ * asynchronous leg's, async.c).  change_lock held.  Returns the seq.
+ */
+uint64_t
+metaio_encode_sb (struct volume *v, struct leg *l, uint8_t *buf)
+{
+  struct superblock sb;
+
+  sb_for_leg (v, l, &sb);
+  sb_encode (&sb, buf);
+  return sb.seq;
+}
+
 /* Write superblocks to legs.  Returns the legs that failed, with their
  * errors in errs (if not NULL).
  */

@@ -37,6 +37,12 @@ extern int metaio_load_bitmap (struct volume *v, unsigned slot, uint16_t legs);
  * (MAX_LEGS entries, or NULL).
  */
 extern uint16_t metaio_write_sb (struct volume *v, uint16_t legs, int *errs);
+/* Encode leg l's superblock with the next seq into buf (META_BLOCK
+ * bytes), for a write made without change_lock.  change_lock held.
+ * Returns the seq.
+ */
+extern uint64_t metaio_encode_sb (struct volume *v, struct leg *l,
+                                  uint8_t *buf);
 
 /* Is g a generation written by a bump no leg confirmed, since the
  * volume's generation was last recorded?  A leg holding one stands as

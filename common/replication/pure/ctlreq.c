@@ -93,7 +93,8 @@ struct command {
 static const struct command commands[] = {
   { "status", CTL_STATUS, CTL_AUDIT_NONE, { { NULL } } },
   { "add-leg", CTL_ADD_LEG, CTL_AUDIT_ALWAYS,
-    { FIELD ("uri", K_STRING, true, uri) } },
+    { FIELD ("uri", K_STRING, true, uri),
+      FIELD ("async", K_BOOL, false, async) } },
   { "remove-leg", CTL_REMOVE_LEG, CTL_AUDIT_ALWAYS,
     { FIELD ("index", K_INDEX, true, index) } },
   { "fail-leg", CTL_FAIL_LEG, CTL_AUDIT_ALWAYS,

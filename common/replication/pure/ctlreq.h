@@ -67,6 +67,7 @@ struct ctlreq {
   enum ctl_audit audit;
   int64_t index;                /* "index": a leg index; -1 absent */
   const char *uri;              /* add-leg */
+  bool async;                   /* add-leg: an asynchronous leg */
   const char *key, *value;      /* set */
   bool full;                    /* resync, default false */
   bool server_restarted;        /* resync: the operator's word (drain.c) */

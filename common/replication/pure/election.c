@@ -50,6 +50,10 @@
  *    force=true promotes one (a failover to it), which then stands in
  *    the election as a synchronous leg (rule 3 still refuses an
  *    inconsistent one: a leg caught in the middle of catching up).
+ *    An asynchronous leg that was uptodate at a generation the winners
+ *    do not know (its own superblock names it a member: promoted by a
+ *    failover, it took writes) is a split brain, refused unless
+ *    prefer= is given: a failback must not drop those writes silently.
  */
 
 #include <config.h>
@@ -489,14 +493,32 @@ elect_existing (const struct elect_input *in, struct elect_result *out,
 static void elect_sync (const struct elect_input *in,
                         struct elect_result *out);
 
-/* Rule 7: the role of each asynchronous leg once the others are
- * decided.
+/* Was leg i uptodate at the generation it holds (its own superblock
+ * names its slot a member): a synchronous leg once, or an asynchronous
+ * one promoted by a failover, whose writes no other leg may hold.
  */
-static void
+static bool
+member_of_own_gen (const struct elect_input *in, size_t i)
+{
+  const struct superblock *sb = &in->legs[i].sb;
+
+  return sb->slot < sb->max_legs &&
+    (sb->slots[sb->slot].flags & SLOT_MEMBER) &&
+    memcmp (sb->slots[sb->slot].uuid, sb->leg_uuid, 16) == 0;
+}
+
+/* Rule 7: the role of each asynchronous leg once the others are
+ * decided.  Returns false (and refuses) if one was a member of a
+ * generation the winners do not know: a leg promoted by a failover
+ * that took writes since (a failback must not drop them silently:
+ * prefer= chooses).
+ */
+static bool
 classify_async (const struct elect_input *in, struct elect_result *out)
 {
   const struct superblock *r =
     out->reference >= 0 ? &in->legs[out->reference].sb : NULL;
+  char g1[40], g2[40];
   size_t i;
 
   for (i = 0; i < in->nr_legs; ++i) {
@@ -508,9 +530,23 @@ classify_async (const struct elect_input *in, struct elect_result *out)
     else if (r && valid_any (in, i) && owns_slot (r, sb) &&
              gen_equal (sb->gen, r->slots[sb->slot].bm_gen))
       out->role[i] = ROLE_INCREMENTAL;
+    else if (r && valid_any (in, i) && member_of_own_gen (in, i) &&
+             !(sb->flags & SB_INCONSISTENT) && !gen_equal (sb->gen, r->gen) &&
+             !sb_knows_gen (r, sb->gen) && in->prefer < 0) {
+      out->split_brain = true;
+      decide (out, ELECT_REFUSE, "split brain: asynchronous leg %zu "
+              "(generation %s) was uptodate at a generation leg %d "
+              "(generation %s) does not know: it took writes on its own "
+              "(a failover to it?); choose the leg to keep with "
+              "prefer=INDEX (force=true to keep an asynchronous one)",
+              i, gen_str (sb->gen, g1, sizeof g1), out->reference,
+              gen_str (r->gen, g2, sizeof g2));
+      return false;
+    }
     else
       out->role[i] = ROLE_FULL;
   }
+  return true;
 }
 
 /* Rule 7: no synchronous leg to start from, but asynchronous legs with
@@ -559,8 +595,8 @@ elect (const struct elect_input *in_given, struct elect_result *out)
   elect_sync (in, out);
   if (out->outcome == ELECT_REFUSE || out->outcome == ELECT_WAIT)
     note_failover (in, out);
-  else
-    classify_async (in, out);
+  else if (!classify_async (in, out))
+    note_failover (in, out);
 }
 
 /* Only asynchronous legs hold the volume's metadata: wait for the
