@@ -14,10 +14,11 @@
  * _info gauge (join on leg), so a changed URI does not start new
  * series for every metric.  --volume=NAME puts volume="NAME" first on
  * every sample, so that the files of several volumes can sit in one
- * textfile directory (node_exporter refuses a series seen twice).  Resync and verify gauges are 0 when none
- * runs.  The latency histogram comes from the leg's "latency" object:
- * its counts are per bucket, made cumulative here, bounds converted
- * from microseconds to seconds; _count is the +Inf bucket.
+ * textfile directory (node_exporter refuses a series seen twice).
+ * Resync and verify gauges are 0 when none runs.  The latency
+ * histogram comes from the leg's "latency" object: its counts are per
+ * bucket, made cumulative here, bounds converted from microseconds to
+ * seconds; _count is the +Inf bucket.
  *
  * The tables below are the list of metrics; nbdrep(1) documents them.
  */
@@ -45,8 +46,7 @@ struct number_metric {
   const char *name, *type, *help;
   const char *sub;              /* NULL: the object itself */
   const char *field;
-  bool optional;                /* field absent: no sample (a leg's:
-                                   for that leg; none: no family) */
+  bool optional;                /* field absent: no family at all */
 };
 
 /* A state gauge family: one sample per word. */
@@ -138,12 +138,6 @@ static const struct number_metric leg_metrics[] = {
   { "leg_resync_rate_bytes_per_second", "gauge",
     "Copy rate of the running resync of the leg.",
     "resync", "rate", false },
-  { "leg_async_lag_seconds", "gauge",
-    "Age of the oldest write an asynchronous leg has not received yet.",
-    "async", "lag_seconds", true },
-  { "leg_async_lag_bytes", "gauge",
-    "Bytes an asynchronous leg has not received yet.",
-    "async", "lag_bytes", true },
 };
 
 /* The number families of asynchronous legs (the "async" object). */
@@ -333,29 +327,7 @@ print_leg_states (const json_t *legs)
   }
 }
 
-/* Does a leg have metric m (an optional one only some legs have)? */
-static bool
-leg_has (const struct number_metric *m, const json_t *leg)
-{
-  return !m->optional || has_value (m, leg);
-}
-
-/* Does any leg have metric m? */
-static bool
-any_leg_has (const struct number_metric *m, const json_t *legs)
-{
-  const json_t *leg;
-  size_t i;
-
-  json_array_foreach (legs, i, leg)
-    if (leg_has (m, leg))
-      return true;
-  return false;
-}
-
-/* The number families of the legs (an optional family only for the
- * legs that have it, and none if no leg has).
- */
+/* The number families of the legs. */
 static void
 print_leg_numbers (const json_t *legs)
 {
@@ -363,13 +335,9 @@ print_leg_numbers (const json_t *legs)
   size_t m, i;
 
   for (m = 0; m < sizeof leg_metrics / sizeof leg_metrics[0]; ++m) {
-    if (!any_leg_has (&leg_metrics[m], legs))
-      continue;
     family (leg_metrics[m].name, leg_metrics[m].type, leg_metrics[m].help);
     json_array_foreach (legs, i, leg) {
       char labels[512];
-      if (!leg_has (&leg_metrics[m], leg))
-        continue;
       leg_labels (leg, labels, sizeof labels);
       sample (leg_metrics[m].name, labels,
               number_value (&leg_metrics[m], leg));
