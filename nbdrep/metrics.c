@@ -12,10 +12,13 @@
  * the others), so a query never has to know the previous word.  Legs
  * are labelled leg="INDEX"; the URI and leg UUID appear only on the
  * _info gauge (join on leg), so a changed URI does not start new
- * series for every metric.  Resync and verify gauges are 0 when none
- * runs.  The latency histogram comes from the leg's "latency" object:
- * its counts are per bucket, made cumulative here, bounds converted
- * from microseconds to seconds; _count is the +Inf bucket.
+ * series for every metric.  --volume=NAME puts volume="NAME" first on
+ * every sample, so that the files of several volumes can sit in one
+ * textfile directory (node_exporter refuses a series seen twice).
+ * Resync and verify gauges are 0 when none runs.  The latency
+ * histogram comes from the leg's "latency" object: its counts are per
+ * bucket, made cumulative here, bounds converted from microseconds to
+ * seconds; _count is the +Inf bucket.
  *
  * The tables below are the list of metrics; nbdrep(1) documents them.
  */
@@ -32,6 +35,9 @@
 #include "nbdrep.h"
 
 #define PREFIX "nbdkit_replicate_"
+
+/* The label of --volume (volume="NAME"), or "". */
+static char volume_label[256];
 
 /* A metric read from a number field of an object: of the status's
  * volume (or its sub-object sub) or of each leg (or its sub-object).
@@ -193,8 +199,11 @@ add_label (char *labels, size_t len, const char *name, const char *value)
 static void
 sample (const char *name, const char *labels, double value)
 {
-  printf (PREFIX "%s%s%s%s ", name, labels[0] ? "{" : "", labels,
-          labels[0] ? "}" : "");
+  const char *sep = volume_label[0] && labels[0] ? "," : "";
+  bool any = volume_label[0] || labels[0];
+
+  printf (PREFIX "%s%s%s%s%s%s ", name, any ? "{" : "", volume_label, sep,
+          labels, any ? "}" : "");
   if (value > -9e18 && value < 9e18 && value == (double) (int64_t) value)
     printf ("%" PRId64 "\n", (int64_t) value);
   else
@@ -438,14 +447,23 @@ print_leg_latency (const json_t *legs)
 static int
 run_metrics (const struct subcommand *cmd, int argc, char **argv)
 {
-  static const struct option longopts[] = { COMMON_LONG_OPTIONS };
+  static const struct option longopts[] = {
+    { "volume", required_argument, NULL, 'V' },
+    COMMON_LONG_OPTIONS
+  };
   const json_t *legs;
   json_t *status;
   int opt;
 
   while ((opt = getopt_long (argc, argv, COMMON_SHORT_OPTIONS, longopts,
-                             NULL)) != -1)
-    other_option (cmd, opt);
+                             NULL)) != -1) {
+    if (opt == 'V') {
+      volume_label[0] = '\0';
+      add_label (volume_label, sizeof volume_label, "volume", optarg);
+    }
+    else
+      other_option (cmd, opt);
+  }
   need_operands (cmd, argc, argv, optind, 1, 1);
 
   status = ctl_get_status (argv[optind]);
@@ -465,9 +483,10 @@ run_metrics (const struct subcommand *cmd, int argc, char **argv)
 const struct subcommand cmd_metrics = {
   .name = "metrics",
   .run = run_metrics,
-  .synopsis = "CTL",
+  .synopsis = "CTL [--volume=NAME]",
   .summary = "Print the status as Prometheus metrics (text format 0.0.4).",
   .description =
   "Every metric is named nbdkit_replicate_*; per-leg metrics carry the\n"
-  "label leg=\"INDEX\".  See nbdrep(1) for the list.\n",
+  "label leg=\"INDEX\".  --volume=NAME adds the label volume=\"NAME\" to\n"
+  "every sample.  See nbdrep(1) for the list.\n",
 };

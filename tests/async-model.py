@@ -57,7 +57,8 @@ def cmd_write(uri, log, seconds):
     size = h.get_size()
     blocks = size // BLOCK
     rng = random.Random(os.getpid())
-    hot = [rng.randrange(blocks - 16) for _ in range(32)]
+    # A hot block plus up to 7, then up to 16 blocks: stays inside.
+    hot = [rng.randrange(blocks - 23) for _ in range(32)]
     deadline = time.monotonic() + seconds
     seq = 0
     with open(log, "w") as f:

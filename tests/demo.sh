@@ -14,7 +14,10 @@
 # only processes started here are stopped.
 #
 # It uses the binaries of the tree, never installed ones:
-#   plugins/replicate/.libs/nbdkit-replicate-plugin.so and nbdrep/nbdrep.
+#   plugins/replicate/.libs/nbdkit-replicate-plugin.so and nbdrep/nbdrep;
+# DEMO_INSTALLED=1 uses the installed ones instead: the plugin by name
+# (`nbdkit replicate`, from nbdkit's plugin directory) and nbdrep from
+# PATH (tests/test-deb.sh runs it so against the Debian packages).
 # Needs: nbdkit, nbdcopy, nbdsh (python3-libnbd), python3, awk, cmp.
 
 set -u -o pipefail
@@ -22,6 +25,11 @@ set -u -o pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 plugin=$top/plugins/replicate/.libs/nbdkit-replicate-plugin.so
 nbdrep=$top/nbdrep/nbdrep
+if [ "${DEMO_INSTALLED:-0}" = 1 ]; then
+  plugin=replicate
+  nbdrep=$(command -v nbdrep) ||
+    { echo "demo: DEMO_INSTALLED=1 but no nbdrep in PATH"; exit 1; }
+fi
 
 # nbdsh must run the system python, where python3-libnbd lives.
 export PYENV_VERSION=system
@@ -83,10 +91,15 @@ for tool in nbdkit nbdcopy nbdsh python3 awk cmp; do
   command -v "$tool" >/dev/null ||
     { echo "demo: $tool is missing (./quickstart build installs it)"; exit 1; }
 done
-for f in "$plugin" "$nbdrep"; do
-  [ -x "$f" ] ||
-    { echo "demo: $f is missing: build the tree first (./quickstart build)"; exit 1; }
-done
+if [ "${DEMO_INSTALLED:-0}" = 1 ]; then
+  nbdkit "$plugin" --version >/dev/null ||
+    { echo "demo: nbdkit cannot load the installed plugin '$plugin'"; exit 1; }
+else
+  for f in "$plugin" "$nbdrep"; do
+    [ -x "$f" ] ||
+      { echo "demo: $f is missing: build the tree first (./quickstart build)"; exit 1; }
+  done
+fi
 
 # ---------------------------------------------------------------------------
 # The temporary directory and the processes we start.
@@ -251,7 +264,11 @@ nbdrep_status ()
 
 cd "$dir" || exit 1
 echo "nbdkit-replicate demo: a volume with three legs, one of which fails."
-echo "\$top = $top (the built tree), \$dir = $dir (removed at exit)"
+if [ "${DEMO_INSTALLED:-0}" = 1 ]; then
+  echo "the installed plugin (nbdkit replicate) and $nbdrep, \$dir = $dir (removed at exit)"
+else
+  echo "\$top = $top (the built tree), \$dir = $dir (removed at exit)"
+fi
 
 step "1. Three replica servers: stock nbdkit, file plugin, $leg_size sparse files"
 for n in 0 1 2; do

@@ -11,7 +11,7 @@
 # errors of a wrong secret and of a missing bucket.  One Swift for all.
 
 source ./functions.sh
-source ./backup-functions.sh
+source "$abs_top_srcdir/tests/backup-functions.sh"
 set -euo pipefail
 set -x
 

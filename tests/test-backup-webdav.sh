@@ -12,7 +12,7 @@
 # leg.
 
 source ./functions.sh
-source ./backup-functions.sh
+source "$abs_top_srcdir/tests/backup-functions.sh"
 set -euo pipefail
 set -x
 

@@ -239,3 +239,19 @@ grep -qx 'nbdkit_replicate_verify_state{state="done"} 1' "$tmpdir/metrics"
 "$NBDREP" remove "$ctl" 2
 check_metrics healthy uptodate,uptodate,removed done
 grep -qx 'nbdkit_replicate_leg_state{leg="2",state="removed"} 1' "$tmpdir/metrics"
+
+"$NBDREP" metrics "$ctl" >"$tmpdir/plain"
+# No asynchronous leg, no async family.
+if grep -q '_async_' "$tmpdir/plain"; then
+  echo "$0: async metrics without an asynchronous leg"; exit 1
+fi
+
+# --- --volume=NAME: the label first on every sample (escaped), the
+# rest unchanged (nothing moves here); given twice, the last one counts.
+"$NBDREP" metrics --volume=old --volume='v"1\' "$ctl" >"$tmpdir/labelled"
+promtool check metrics <"$tmpdir/labelled"
+test "$(grep -c '^nbdkit' "$tmpdir/plain")" = \
+     "$(grep '^nbdkit' "$tmpdir/labelled" | grep -cF '{volume="v\"1\\"')"
+sed -e 's/{volume="v\\"1\\\\",/{/' -e 's/{volume="v\\"1\\\\"}//' \
+  "$tmpdir/labelled" >"$tmpdir/stripped"
+diff "$tmpdir/plain" "$tmpdir/stripped"

@@ -8,7 +8,7 @@
 # leg, and the restored image equals the volume.
 
 source ./functions.sh
-source ./backup-functions.sh
+source "$abs_top_srcdir/tests/backup-functions.sh"
 set -euo pipefail
 set -x
 
