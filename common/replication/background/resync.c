@@ -621,7 +621,9 @@ claim_target (struct resync *rs)
   if (rs->full) {
     l->gen = v->sb.gen;
     metaio_set_bm_gen (v, (unsigned) l->slot, l->gen);
-    v->sb.slots[l->slot].flags &= ~SLOT_MEMBER;
+    /* Atomic: write_bitmaps reads the flags without change_lock. */
+    __atomic_fetch_and (&v->sb.slots[l->slot].flags,
+                        ~(uint32_t) SLOT_MEMBER, __ATOMIC_RELAXED);
   }
   l->inconsistent = true;
   /* An asynchronous leg's superblock is written without change_lock

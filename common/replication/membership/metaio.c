@@ -359,7 +359,8 @@ metaio_record_absent (struct volume *v, struct leg *l, bool was_uptodate,
   if (!flushed)
     al_or_hot_into (v->al, volume_bitmap (v, (unsigned) l->slot));
   if (was_uptodate) {
-    s->flags &= ~SLOT_MEMBER;
+    /* Atomic: write_bitmaps reads the flags without change_lock. */
+    __atomic_fetch_and (&s->flags, ~(uint32_t) SLOT_MEMBER, __ATOMIC_RELAXED);
     metaio_set_bm_gen (v, (unsigned) l->slot, l->gen);
   }
 }
