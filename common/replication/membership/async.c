@@ -49,11 +49,20 @@
  * asynchronous leg holding extents falls behind and lets them go, the
  * ranges of the writes it was sent but has not flushed marked in its
  * bitmap (async_shed, called by the cooler before it cools).
- * The leg is marked stale before any bit is set, under v->lock: a
- * resync's checkpoint clears copied runs under that lock and only while
- * its target is syncing, so it can never clear a bit set for a dropped
- * write.  A writer that finds the queue dropping makes sure of the same
- * before it marks (leave_receiving).
+ * Marks and resyncs.  A resync's checkpoint clears copied runs under
+ * v->lock and only while its target is syncing; a bit set while it is
+ * syncing could be cleared for a run copied before the write.  So a
+ * bit for a write not queued is set only while the leg is out of the
+ * receiving legs: every way into dropping (a pull-ahead, async_shed, a
+ * failure) first makes the leg stale or failed (leave_receiving,
+ * member_fail_leg), then sets `dropping`; writers that find it dropping
+ * count themselves in `marking` while they mark; and the catch-up
+ * clears `dropping` (async_resume, before its resync makes the leg
+ * syncing) only once `marking` is 0, and starts only once the sender
+ * is idle with no marking under way (async_idle).  So a stale leg is
+ * always dropping (the sender flushes what it sent and goes idle), and
+ * a syncing one never has a bit set for it but by the data path's
+ * membership rule.
  *
  * A leg that fails (an error or a timeout of the sender's requests)
  * goes through member_fail_leg, which ORs the hot extents into its
@@ -88,6 +97,13 @@
 #define WINDOW 64               /* writes in flight per batch */
 #define ENTRY_COST 64           /* bytes a queued zero or marker counts */
 #define DRAIN_POLL_NS 100000000ULL
+/* -D replicate.async_mark_pause=MS: the writer that pulled an
+ * asynchronous leg ahead waits MS milliseconds after marking, before
+ * it is done: the window in which a catch-up must not start (async_
+ * resume waits for it).  For tests only (test-async-late-mark.sh).
+ */
+int replicate_debug_async_mark_pause = 0;   /* exported by the .syms */
+
 #define RPO_INTERVAL_NS 1000000000ULL   /* recovery point written at most
                                            once a second */
 
@@ -126,6 +142,7 @@ struct async_leg {
   uint64_t behind_since_ns;     /* when it last fell behind, or 0 */
   bool epoch_open;              /* something queued since the last marker */
   bool dropping;                /* behind or failed: mark, do not queue */
+  unsigned marking;             /* writers marking for a dropping leg */
   bool busy;                    /* the sender has a batch out */
   bool idle_told;               /* the monitor knows it is idle */
   bool stop;
@@ -293,9 +310,8 @@ drop_list (struct async_leg *aq, struct aentry *e)
   }
 }
 
-/* The leg must not receive writes any more before a dropped write's
- * bit is set (see the design note): make it stale if it is syncing
- * (a failed leg is out already).  No lock held.
+/* Take the leg out of the receiving legs (see async_enqueue): make it
+ * stale if it is syncing (a failed leg is out already).  No lock held.
  */
 static void
 leave_receiving (struct async_leg *aq, const char *why)
@@ -336,27 +352,29 @@ start_dropping_locked (struct async_leg *aq)
   return e;
 }
 
-/* Fall behind (pull-ahead): drop the queue and leave the receiving
- * legs.  The caller's own write is marked by the caller.
- */
+/* A marking for a dropping leg is over (see async_enqueue). */
 static void
-pull_ahead (struct async_leg *aq, struct aentry *dropped)
+marking_done (struct async_leg *aq)
 {
-  char name[160];
-
-  nbdkit_debug ("%s: asynchronous buffer full: pulling ahead",
-                leg_name (aq->l, name, sizeof name));
-  leave_receiving (aq, "asynchronous buffer full: pulled ahead");
-  drop_list (aq, dropped);
-  member_wake_monitor (aq->v);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
+  assert (aq->marking > 0);
+  if (--aq->marking == 0)
+    pthread_cond_broadcast (&aq->room);
 }
 
-/* Mark a write that is not queued, making sure the leg is out first. */
-static void
-mark_unqueued (struct async_leg *aq, const struct leg_cmd *cmd)
+/* Start dropping unless it already is (a pull-ahead): count it, and
+ * take the queue.  The leg has left the receiving legs first
+ * (leave_receiving).  aq->lock held.
+ */
+static struct aentry *
+pull_ahead_locked (struct async_leg *aq)
 {
-  leave_receiving (aq, "asynchronous leg dropping writes");
-  mark_range (aq, cmd->offset, cmd->count);
+  if (aq->dropping)
+    return NULL;
+  aq->pull_aheads++;
+  aq->behind_since_ns = aq->oldest_unflushed_ns ? aq->oldest_unflushed_ns
+                                                : now_ns ();
+  return start_dropping_locked (aq);
 }
 
 /* A new entry for a client command (data copied). */
@@ -398,6 +416,13 @@ queue_locked (struct async_leg *aq, struct aentry *e)
 /* Queue a client write or zero for an asynchronous leg (see the
  * design note).  The caller holds the range lock and the activity-log
  * extents of cmd.
+ *
+ * A write not queued is marked in the leg's bitmap instead, and only
+ * while the leg is out of the receiving legs (stale or failed) and
+ * dropping: a pull-ahead makes it stale before it starts dropping, and
+ * the catch-up's resync, which could clear a bit set while its target
+ * is syncing, starts (async_resume) only once no marking is under way
+ * (aq->marking) and no more can begin.
  */
 void
 async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
@@ -405,49 +430,53 @@ async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
   struct async_leg *aq = l->aq;
   struct aentry *e = entry_for (cmd), *dropped = NULL;
   uint64_t cost = cmd->op == OP_WRITE ? cmd->count : ENTRY_COST;
+  char name[160];
 
   pthread_mutex_lock (&aq->lock);
   for (;;) {
-    if (aq->dropping || aq->stop || e == NULL)
+    if (aq->dropping)
       break;
-    if (aq->used + cost <= v->cfg.async_buffer || aq->used == 0) {
+    if (e != NULL && !aq->stop &&
+        (aq->used + cost <= v->cfg.async_buffer || aq->used == 0)) {
       if (v->al)
         al_hold (v->al, cmd->offset, cmd->count);
       queue_locked (aq, e);
       pthread_mutex_unlock (&aq->lock);
       return;
     }
-    if (v->cfg.async_full == ASYNC_FULL_BLOCK) {
+    if (e != NULL && !aq->stop && v->cfg.async_full == ASYNC_FULL_BLOCK) {
       pthread_cond_wait (&aq->room, &aq->lock);
       continue;
     }
-    aq->pull_aheads++;
-    aq->behind_since_ns = aq->oldest_unflushed_ns ? aq->oldest_unflushed_ns
-                                                  : now_ns ();
-    dropped = start_dropping_locked (aq);
+    /* Pull ahead: out of the receiving legs first, then drop. */
+    pthread_mutex_unlock (&aq->lock);
+    leave_receiving (aq, "asynchronous buffer full: pulled ahead");
+    pthread_mutex_lock (&aq->lock);
+    dropped = pull_ahead_locked (aq);
     break;
   }
+  aq->marking++;
   pthread_mutex_unlock (&aq->lock);
   free (e);
+  if (dropped) {
+    nbdkit_debug ("%s: asynchronous buffer full: pulled ahead",
+                  leg_name (l, name, sizeof name));
+    drop_list (aq, dropped);
+  }
+  mark_range (aq, cmd->offset, cmd->count);
+  if (dropped && replicate_debug_async_mark_pause > 0) {
+    member_wake_monitor (v);
+    nbdkit_debug ("async: pausing %d ms before the pull-ahead is done "
+                  "(-D replicate.async_mark_pause)",
+                  replicate_debug_async_mark_pause);
+    nanosleep (&(struct timespec) {
+        .tv_sec = replicate_debug_async_mark_pause / 1000,
+        .tv_nsec = replicate_debug_async_mark_pause % 1000 * 1000000L },
+      NULL);
+  }
+  marking_done (aq);
   if (dropped)
-    pull_ahead (aq, dropped);
-  mark_unqueued (aq, cmd);
-}
-
-/* Queue the marker that ends the current epoch, if anything was
- * queued since the last one.  aq->lock held.
- */
-static void
-cut_epoch_locked (struct async_leg *aq)
-{
-  struct aentry *e;
-
-  if (!aq->epoch_open || (e = calloc (1, sizeof *e)) == NULL)
-    return;
-  e->op = OP_FLUSH;
-  e->enq_ns = now_ns ();
-  queue_locked (aq, e);
-  aq->epoch_open = false;
+    member_wake_monitor (v);
 }
 
 /* A range whose extents async_shed let go. */
@@ -470,12 +499,7 @@ shed_locked (struct async_leg *aq, struct aentry **dropped, size_t *nr)
 
   for (e = aq->unflushed.head; e; e = e->next)
     n++;
-  if (!aq->dropping)
-    aq->pull_aheads++;
-  if (aq->behind_since_ns == 0)
-    aq->behind_since_ns = aq->oldest_unflushed_ns ? aq->oldest_unflushed_ns
-                                                  : now_ns ();
-  *dropped = start_dropping_locked (aq);
+  *dropped = pull_ahead_locked (aq);
   *nr = 0;
   if (n == 0 || (r = calloc (n, sizeof *r)) == NULL)
     return NULL;
@@ -491,6 +515,16 @@ shed_locked (struct async_leg *aq, struct aentry **dropped, size_t *nr)
       r[(*nr)++] = (struct shed_range) { e->offset, e->count };
     }
   return r;
+}
+
+/* Does the queue hold activity-log extents (queued, on their way, or
+ * unflushed)?
+ */
+static bool
+holds_extents (struct async_leg *aq)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
+  return aq->queue.head || aq->unflushed.head || aq->nr_batch > 0;
 }
 
 /* The activity log is filling up with extents held for asynchronous
@@ -515,18 +549,14 @@ async_shed (struct volume *v)
     struct shed_range *r;
     size_t nr = 0, i;
 
-    if (aq == NULL)
+    if (aq == NULL || !holds_extents (aq))
       continue;
-    pthread_mutex_lock (&aq->lock);
-    if (aq->queue.head == NULL && aq->unflushed.head == NULL &&
-        aq->nr_batch == 0) {
-      pthread_mutex_unlock (&aq->lock);
-      continue;
-    }
-    r = shed_locked (aq, &dropped, &nr);
-    pthread_mutex_unlock (&aq->lock);
     leave_receiving (aq, "the activity log is full of its writes: pulled "
                      "ahead");
+    pthread_mutex_lock (&aq->lock);
+    r = shed_locked (aq, &dropped, &nr);
+    aq->marking++;
+    pthread_mutex_unlock (&aq->lock);
     drop_list (aq, dropped);
     for (i = 0; i < nr; ++i) {
       mark_range (aq, r[i].offset, r[i].count);
@@ -534,8 +564,25 @@ async_shed (struct volume *v)
         al_release (v->al, r[i].offset, r[i].count);
     }
     free (r);
+    marking_done (aq);
     member_wake_monitor (v);
   }
+}
+
+/* Queue the marker that ends the current epoch, if anything was
+ * queued since the last one.  aq->lock held.
+ */
+static void
+cut_epoch_locked (struct async_leg *aq)
+{
+  struct aentry *e;
+
+  if (!aq->epoch_open || (e = calloc (1, sizeof *e)) == NULL)
+    return;
+  e->op = OP_FLUSH;
+  e->enq_ns = now_ns ();
+  queue_locked (aq, e);
+  aq->epoch_open = false;
 }
 
 /* End the current epoch of every asynchronous leg receiving writes (a
@@ -752,11 +799,13 @@ sender_failed_locked (struct async_leg *aq, struct aentry **batch, size_t n,
   for (i = 0; i < n; ++i)
     aq->used -= entry_cost (batch[i]);
   aq->nr_batch = 0;
-  dropped = start_dropping_locked (aq);
+  dropped = aq->dropping ? NULL : start_dropping_locked (aq);
+  aq->dropping = true;
   unflushed = alist_take (&aq->unflushed);
   aq->lag_bytes = 0;
   aq->oldest_unflushed_ns = 0;
   aq->behind_since_ns = 0;
+  aq->marking++;
   pthread_mutex_unlock (&aq->lock);
 
   for (i = 0; i < n; ++i) {
@@ -766,7 +815,8 @@ sender_failed_locked (struct async_leg *aq, struct aentry **batch, size_t n,
   drop_list (aq, unflushed);
   drop_list (aq, dropped);
   pthread_mutex_lock (&aq->lock);
-  pthread_cond_broadcast (&aq->room);
+  if (--aq->marking == 0)
+    pthread_cond_broadcast (&aq->room);
 }
 
 /* Should the sender flush now: an epoch ended, or the leg dropped out
@@ -894,6 +944,9 @@ void
 async_resume (struct async_leg *aq)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
+
+  while (aq->marking > 0)
+    pthread_cond_wait (&aq->room, &aq->lock);
   aq->dropping = false;
 }
 
@@ -915,7 +968,8 @@ bool
 async_idle (struct async_leg *aq)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
-  return aq->queue.head == NULL && aq->unflushed.head == NULL && !aq->busy;
+  return aq->queue.head == NULL && aq->unflushed.head == NULL &&
+    !aq->busy && aq->marking == 0;
 }
 
 /* Wait until every entry queued so far is flushed on the leg.  Returns
