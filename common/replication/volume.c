@@ -34,6 +34,7 @@
 #include "control.h"
 #include "verify.h"
 #include "cleanup.h"
+#include "random.h"
 
 const char *engine_config_help = CONFIG_HELP;
 
@@ -199,6 +200,19 @@ engine_volume_uuid (struct volume *v, uint8_t uuid[16])
   if (!v->metadata)
     return false;
   memcpy (uuid, v->sb.volume_uuid, 16);
+  return true;
+}
+
+/* The export description naming the volume (see engine.h). */
+bool
+engine_volume_label (struct volume *v, char label[ENGINE_LABEL_MAX])
+{
+  char uuid[37];
+
+  if (!v->metadata)
+    return false;
+  uuid_format (v->sb.volume_uuid, uuid);
+  snprintf (label, ENGINE_LABEL_MAX, "nbdkit-replicate volume %s", uuid);
   return true;
 }
 

@@ -355,12 +355,19 @@ replicate_block_size (nbdkit_next *next UNUSED, void *handle UNUSED,
   return engine_block_size (vol, minimum, preferred, maximum);
 }
 
-/* No description (the plugin's is not consulted: it is only leg 0). */
+/* The volume's name, "nbdkit-replicate volume UUID" (the plugin's
+ * description is not consulted: it is only leg 0).  nbdrep attach
+ * checks it before it gives a connection to the kernel.
+ */
 static const char *
 replicate_export_description (nbdkit_next *next UNUSED,
                               void *handle UNUSED)
 {
-  return NULL;
+  char label[ENGINE_LABEL_MAX];
+
+  if (!engine_volume_label (vol, label))
+    return NULL;
+  return nbdkit_strdup_intern (label);
 }
 
 /* Not rotational: the legs are whatever they are, reads spread. */

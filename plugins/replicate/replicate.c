@@ -133,6 +133,19 @@ replicate_block_size (void *handle UNUSED, uint32_t *minimum,
   return engine_block_size (vol, minimum, preferred, maximum);
 }
 
+/* The volume's name, "nbdkit-replicate volume UUID": nbdrep attach
+ * checks it before it gives a connection to the kernel.
+ */
+static const char *
+replicate_export_description (void *handle UNUSED)
+{
+  char label[ENGINE_LABEL_MAX];
+
+  if (!engine_volume_label (vol, label))
+    return NULL;
+  return nbdkit_strdup_intern (label);
+}
+
 /* Writable. */
 static int
 replicate_can_write (void *handle UNUSED)
@@ -323,6 +336,7 @@ static struct nbdkit_plugin plugin = {
   .open              = replicate_open,
   .get_size          = replicate_get_size,
   .block_size        = replicate_block_size,
+  .export_description = replicate_export_description,
   .can_write         = replicate_can_write,
   .can_flush         = replicate_can_flush,
   .can_fua           = replicate_can_fua,
