@@ -72,10 +72,13 @@
 #define NEGOTIATE_MS 10000      /* one connection's handshake */
 #define RETRY_MS 1000           /* between reconnection attempts */
 #define BACKEND_PREFIX "nbdrep:"
+#define EXPORT_PREFIX "nbdrep-attach:" /* the controller's status counts
+                                          connections named so */
 
 struct attach {
   const char *target;           /* SOCKET or URI */
   char device[32];              /* /dev/nbdN */
+  char export_name[48];         /* EXPORT_PREFIX device */
   uint32_t index;
   unsigned connections;
   uint64_t timeout, dead_timeout;
@@ -135,6 +138,8 @@ parse_device (const struct subcommand *cmd, const char *str,
     usage_error (cmd, "'%s' is not an NBD device (/dev/nbdN)", str);
   a->index = index;
   snprintf (a->device, sizeof a->device, "/dev/nbd%" PRIu32, a->index);
+  snprintf (a->export_name, sizeof a->export_name, EXPORT_PREFIX "%s",
+            a->device);
 }
 
 /* Open the command socket (and the event socket if events); print
@@ -182,7 +187,8 @@ open_sockets (struct attach *a, int *fds, struct nbdneg_export *exp,
   unsigned i;
 
   for (i = 0; i < a->connections; ++i) {
-    fds[i] = nbdneg_connect (a->target, NEGOTIATE_MS, &e, why, why_len);
+    fds[i] = nbdneg_connect (a->target, a->export_name, NEGOTIATE_MS, &e,
+                             why, why_len);
     if (fds[i] == -1)
       break;
     if (e.volume[0] == '\0')

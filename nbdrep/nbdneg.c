@@ -20,6 +20,11 @@
  * The socket is made blocking again (libnbd sets O_NONBLOCK), as the
  * kernel's client expects.
  *
+ * The export name is chosen by the caller even for a URI (libnbd's
+ * option mode: NBD_OPT_GO is sent after the URI has been applied):
+ * nbdrep attach names the device, "nbdrep-attach:/dev/nbdN", which the
+ * controller ignores for the data and counts for its status.
+ *
  * With full info requested, NBD_OPT_GO also returns the export's
  * description: a controller describes its export as
  * "nbdkit-replicate volume UUID" (engine_volume_label), which is how
@@ -89,15 +94,18 @@ start_connect (struct nbd_handle *h, const char *target)
   return nbd_aio_connect_uri (h, target);
 }
 
-/* Run h's handshake until it is ready, within timeout_ms; 0 or -1
- * with why set.
+/* Poll h until done (true) or until the deadline; -1 with why set if
+ * the handle died or the deadline passed.
  */
 static int
-handshake (struct nbd_handle *h, int timeout_ms, char *why, size_t why_len)
+poll_until (struct nbd_handle *h, bool (*done) (struct nbd_handle *h,
+                                                void *arg),
+            void *arg, int64_t deadline, int timeout_ms,
+            char *why, size_t why_len)
 {
-  int64_t deadline = now_ms () + timeout_ms, left;
+  int64_t left;
 
-  while (!nbd_aio_is_ready (h)) {
+  while (!done (h, arg)) {
     if (nbd_aio_is_dead (h) || nbd_aio_is_closed (h)) {
       snprintf (why, why_len, "%s", nbd_get_error ());
       return -1;
@@ -112,6 +120,67 @@ handshake (struct nbd_handle *h, int timeout_ms, char *why, size_t why_len)
       snprintf (why, why_len, "%s", nbd_get_error ());
       return -1;
     }
+  }
+  return 0;
+}
+
+/* Is h negotiating options? */
+static bool
+negotiating (struct nbd_handle *h, void *arg __attribute__ ((unused)))
+{
+  return nbd_aio_is_negotiating (h);
+}
+
+/* NBD_OPT_GO's completion: its error. */
+struct go {
+  bool done;
+  int error;
+};
+
+/* libnbd callback: NBD_OPT_GO has completed (only records it). */
+static int
+go_completed (void *user_data, int *error)
+{
+  struct go *go = user_data;
+
+  go->done = true;
+  go->error = *error;
+  return 1;
+}
+
+/* Has NBD_OPT_GO completed? */
+static bool
+go_done (struct nbd_handle *h __attribute__ ((unused)), void *arg)
+{
+  return ((struct go *) arg)->done;
+}
+
+/* Run h's handshake within timeout_ms: the options, then NBD_OPT_GO
+ * with export name (libnbd's option mode, so that a URI's own export
+ * name does not replace ours).  0 when ready, or -1 with why set.
+ */
+static int
+handshake (struct nbd_handle *h, const char *export_name, int timeout_ms,
+           char *why, size_t why_len)
+{
+  int64_t deadline = now_ms () + timeout_ms;
+  struct go go = { 0 };
+  nbd_completion_callback cb = { .callback = go_completed, .user_data = &go };
+
+  if (poll_until (h, negotiating, NULL, deadline, timeout_ms,
+                  why, why_len) == -1)
+    return -1;
+  if (nbd_set_export_name (h, export_name) == -1 ||
+      nbd_aio_opt_go (h, cb) == -1) {
+    snprintf (why, why_len, "%s", nbd_get_error ());
+    return -1;
+  }
+  if (poll_until (h, go_done, &go, deadline, timeout_ms, why, why_len) == -1)
+    return -1;
+  if (go.error != 0 || !nbd_aio_is_ready (h)) {
+    snprintf (why, why_len, "the server refused export \"%s\": %s",
+              export_name, strerror (go.error ? go.error : EINVAL));
+    return -1;
   }
   return 0;
 }
@@ -169,7 +238,7 @@ take_socket (struct nbd_handle *h, char *why, size_t why_len)
 
 /* Connect, negotiate and take the socket (see nbdneg.h). */
 int
-nbdneg_connect (const char *target, int timeout_ms,
+nbdneg_connect (const char *target, const char *export_name, int timeout_ms,
                 struct nbdneg_export *exp, char *why, size_t why_len)
 {
   struct nbd_handle *h = nbd_create ();
@@ -181,10 +250,11 @@ nbdneg_connect (const char *target, int timeout_ms,
   }
   if (nbd_set_request_structured_replies (h, false) == -1 ||
       nbd_set_full_info (h, true) == -1 ||
+      nbd_set_opt_mode (h, true) == -1 ||
       nbd_set_tls (h, LIBNBD_TLS_DISABLE) == -1 ||
       start_connect (h, target) == -1)
     snprintf (why, why_len, "%s", nbd_get_error ());
-  else if (handshake (h, timeout_ms, why, why_len) == 0 &&
+  else if (handshake (h, export_name, timeout_ms, why, why_len) == 0 &&
            read_export (h, exp, why, why_len) == 0)
     fd = take_socket (h, why, why_len);
   nbd_close (h);

@@ -15,12 +15,14 @@ struct nbdneg_export {
 };
 
 /* Connect to target (a Unix socket path, or an nbd:// or nbd+unix://
- * URI without TLS), negotiate within timeout_ms and return the
+ * URI without TLS), ask for export_name, negotiate within timeout_ms
+ * and return the
  * connected socket, ready for transmission (blocking, close-on-exec),
  * with what the export said in *exp.  -1 on failure, with the reason
  * in why (a message for the log, at most why_len bytes).
  */
-extern int nbdneg_connect (const char *target, int timeout_ms,
+extern int nbdneg_connect (const char *target, const char *export_name,
+                           int timeout_ms,
                            struct nbdneg_export *exp,
                            char *why, size_t why_len);
 

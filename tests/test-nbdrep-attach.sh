@@ -6,7 +6,9 @@
 # (exit 2 with a hint), and where the kernel has no nbd driver the
 # refusal naming it (exit 1).  Also what attach checks on every
 # connection: the controller (plugin and filter shapes) describes its
-# export as "nbdkit-replicate volume UUID", its volume's UUID.
+# export as "nbdkit-replicate volume UUID", its volume's UUID; and what
+# the controller's status shows of a device's connections, which attach
+# names "nbdrep-attach:/dev/nbdN" (two connections held by nbdsh).
 
 set -euo pipefail
 source ./functions.sh
@@ -16,6 +18,7 @@ set +u
 set -x
 
 requires_nbdinfo
+requires_nbdsh
 requires jq --version
 
 # expect STATUS PATTERN CMD...: run nbdrep CMD..., which must exit with
@@ -75,6 +78,29 @@ wait_volume_state 60 "$ctl" healthy
 uuid=$("$NBDREP" status --json "$ctl" | jq -r .volume.uuid)
 nbdinfo --json "$c_uri" | jq -r '.exports[0].description' >"$tmpdir/desc"
 [ "$(cat "$tmpdir/desc")" = "nbdkit-replicate volume $uuid" ]
+kernel_status ()
+{
+  export_uri="nbd+unix:///nbdrep-attach:/dev/nbd5?socket=$tmpdir/$1.sock"
+  "$NBDSH" -c "
+import nbd, subprocess
+hs = []
+for i in range(2):
+    h = nbd.NBD()
+    h.connect_uri('$export_uri')
+    hs.append(h)
+subprocess.run(['$NBDREP', 'status', '--json', '$2'], check=True,
+               stdout=open('$tmpdir/held.json', 'w'))
+subprocess.run(['$NBDREP', 'status', '$2'], check=True,
+               stdout=open('$tmpdir/held.txt', 'w'))
+"
+  jq -c .volume.kernel "$tmpdir/held.json" >"$tmpdir/kernel"
+  [ "$(cat "$tmpdir/kernel")" = '[{"device":"/dev/nbd5","connections":2}]' ]
+  grep -qx '  kernel /dev/nbd5 attached (nbdrep attach), 2 connection(s)' \
+    "$tmpdir/held.txt"
+  # Gone with the connections.
+  wait_until 10 sh -c "'$NBDREP' status --json '$2' | jq -e '.volume.kernel == []'"
+}
+kernel_status c "$ctl"
 stop_controller c
 
 fctl=$tmpdir/f.ctl
@@ -87,4 +113,5 @@ fuuid=$("$NBDREP" status --json "$fctl" | jq -r .volume.uuid)
 [ "$fuuid" != "$uuid" ]
 nbdinfo --json "$f_uri" | jq -r '.exports[0].description' >"$tmpdir/desc"
 [ "$(cat "$tmpdir/desc")" = "nbdkit-replicate volume $fuuid" ]
+kernel_status f "$fctl"
 stop_controller f

@@ -69,6 +69,7 @@ engine_new (enum engine_shape shape)
   pthread_cond_init (&v->monitor_cond, NULL);
   pthread_mutex_init (&v->change_lock, NULL);
   pthread_mutex_init (&v->bm_write_lock, NULL);
+  pthread_mutex_init (&v->kernel_lock, NULL);
   return v;
 }
 

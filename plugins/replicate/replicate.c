@@ -109,11 +109,23 @@ replicate_cleanup (void)
   engine_stop (vol);
 }
 
-/* No per-connection state. */
+/* No per-connection state, except for the connections of a kernel
+ * device (nbdrep attach), which the status counts.
+ */
 static void *
 replicate_open (int readonly UNUSED)
 {
-  return NBDKIT_HANDLE_NOT_NEEDED;
+  void *k = engine_kernel_open (vol, nbdkit_export_name ());
+
+  return k ? k : NBDKIT_HANDLE_NOT_NEEDED;
+}
+
+/* A connection ends. */
+static void
+replicate_close (void *handle)
+{
+  if (handle != NBDKIT_HANDLE_NOT_NEEDED)
+    engine_kernel_close (vol, handle);
 }
 
 #define THREAD_MODEL NBDKIT_THREAD_MODEL_PARALLEL
@@ -334,6 +346,7 @@ static struct nbdkit_plugin plugin = {
   .after_fork        = replicate_after_fork,
   .cleanup           = replicate_cleanup,
   .open              = replicate_open,
+  .close             = replicate_close,
   .get_size          = replicate_get_size,
   .block_size        = replicate_block_size,
   .export_description = replicate_export_description,
