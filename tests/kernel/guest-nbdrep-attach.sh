@@ -126,6 +126,12 @@ wait_until 60 log_more 'attached to volume' 0 ||
   fail "/dev/nbd0 does not have 4096-byte blocks"
 [ "$(cat /sys/block/nbd0/backend)" = "nbdrep:$uuid" ] ||
   fail "/dev/nbd0's backend is $(cat /sys/block/nbd0/backend)"
+kernel_connections ()
+{
+  [ "$(status_get '.volume.kernel | map("\(.device) \(.connections)") | join(",")')" = "/dev/nbd0 $1" ]
+}
+wait_until 30 kernel_connections 4 ||
+  fail "the controller's status shows $(status_get '.volume.kernel | tostring'), not /dev/nbd0 with 4 connections"
 note "nbd0 attached: $(cat /sys/block/nbd0/queue/write_cache), $(grep 'attached to' "$ATTACH_LOG")"
 
 mkfs.ext4 -q -F /dev/nbd0
@@ -146,6 +152,8 @@ sleep 3
 start_controller "$PLUGIN" "$(leg_uri 0)" "$(leg_uri 1)" "$(leg_uri 2)" \
   control="$CTL" timeout=10
 wait_reconnected 0
+wait_until 30 kernel_connections 4 ||
+  fail "the new controller's status shows $(status_get '.volume.kernel | tostring'), not /dev/nbd0 with 4 connections"
 note "reconnected after ${reconnect_seconds[-1]} s"
 
 hold git-half
