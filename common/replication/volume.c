@@ -35,6 +35,7 @@
 #include "verify.h"
 #include "cleanup.h"
 #include "random.h"
+#include "handoff.h"
 
 const char *engine_config_help = CONFIG_HELP;
 
@@ -248,6 +249,8 @@ engine_after_fork (struct volume *v)
     return -1;
   if (v->cfg.control && control_start (v) == -1)
     return -1;
+  if (handoff_start (v) == -1)
+    return -1;
   v->threads_running = true;
   /* Last: the device is served once the engine is. */
   return v->frontend ? start_frontend (v) : 0;
@@ -276,6 +279,7 @@ engine_stop (struct volume *v)
   size_t i;
   int err;
 
+  handoff_stop ();
   /* First: no request may come after the activity log is emptied. */
   if (v->frontend)
     v->frontend->stop (v->frontend_state);
