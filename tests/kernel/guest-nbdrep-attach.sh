@@ -7,24 +7,24 @@
 # controller restarts, in the VM of vm-run.sh (Debian 12's kernel, which
 # has nbd.ko).  Three file replicas, the controller (plugin shape,
 # timeout=10), the supervisor with four connections, ext4 on /dev/nbd0;
-# the shared file workload (a fifth of the corpus, four commits) and a
+# the shared file workload (a tenth of the corpus, four commits) and a
 # loop of fio write-and-verify passes (crc32c, O_DIRECT, queue depth 8)
 # run on it while
 #   1. halfway through the copy, the controller is killed (SIGKILL) and
 #      a new one started 3 s later;
-#   2. halfway through the commits, the supervisor is killed (SIGKILL)
+#   2. after the deletions, the controller is stopped (SIGTERM: it
+#      closes its client connections unanswered first) and a new one
+#      started at once;
+#   3. halfway through the commits, the supervisor is killed (SIGKILL)
 #      and started again (it must take the connected device over), and
 #      then the controller is killed and a new one started 3 s later.
 # Each time the supervisor must reconnect the device.  Asserted: no I/O
 # or ext4 error in the kernel log, every fio pass verified clean, the
 # workload's files as written, git fsck, e2fsck -fn clean, and after a
-# clean stop the legs identical.  (A planned restart, SIGTERM, is not
-# here: nbdkit answers the requests it reads once it is quitting with
-# ESHUTDOWN, which the kernel's client reports as I/O errors; README,
-# "Attaching the kernel".)  Then:
-#   3. nbdrep detach ends the supervisor (status 0);
-#   4. a server that is not a controller is refused at attach (status 1);
-#   5. attached again with --dead-timeout 10, the controller is stopped
+# clean stop the legs identical.  Then:
+#   4. nbdrep detach ends the supervisor (status 0);
+#   5. a server that is not a controller is refused at attach (status 1);
+#   6. attached again with --dead-timeout 10, the controller is stopped
 #      and a controller of another volume takes its socket: refused by
 #      the supervisor, a read waits, and fails with EIO only after the
 #      dead-connection timeout, with the supervisor saying so; when the
@@ -88,7 +88,7 @@ fio_loop ()
   local n=0
   while [ ! -e /tmp/fio.stop ]; do
     n=$(( n + 1 ))
-    if ! fio --name=verify --filename=/mnt/t/fio.dat --size=24M \
+    if ! fio --name=verify --filename=/mnt/t/fio.dat --size=16M \
          --rw=randwrite --bs=16k --ioengine=libaio --iodepth=8 --direct=1 \
          --verify=crc32c --do_verify=1 --verify_fatal=1 \
          --output=/tmp/fio.$n.out; then
@@ -104,7 +104,7 @@ fio_loop ()
 check_no_io_error ()
 {
   local errors
-  errors=$(dmesg | grep -E 'I/O error|EXT4-fs (error|warning)|Buffer I/O|blk_update_request' || true)
+  errors=$(dmesg | grep -E 'I/O error|EXT4-fs (error|warning)|Buffer I/O|blk_update_request|Other side returned error' || true)
   [ -z "$errors" ] || fail "the kernel logged errors: $errors"
 }
 
@@ -137,51 +137,67 @@ note "nbd0 attached: $(cat /sys/block/nbd0/queue/write_cache), $(grep 'attached 
 mkfs.ext4 -q -F /dev/nbd0
 mkdir -p /mnt/t
 mount /dev/nbd0 /mnt/t
-WORKLOAD_SOURCES=/corpus "$WORKLOAD" corpus /tmp/corpus 600 >/dev/null
+WORKLOAD_SOURCES=/corpus "$WORKLOAD" corpus /tmp/corpus 300 >/dev/null
 fio_loop </dev/null >/dev/null 2>&1 &
 fio_pid=$!
-WORKLOAD_COMMITS=4 WORKLOAD_HOLD="copy-half git-half" \
+WORKLOAD_COMMITS=4 WORKLOAD_HOLD="copy-half deleted git-half git-done" \
   "$WORKLOAD" run /tmp/corpus /mnt/t "$STATE" </dev/null >/tmp/workload.out 2>&1 &
 workload_pid=$!
 
 hold copy-half
 note "1. killing the controller (SIGKILL); a new one in 3 s"
+before=$(log_count 'reconnected to volume')
 kill_controller
 touch "$STATE/go-copy-half"
 sleep 3
 start_controller "$PLUGIN" "$(leg_uri 0)" "$(leg_uri 1)" "$(leg_uri 2)" \
   control="$CTL" timeout=10
-wait_reconnected 0
+wait_reconnected "$before"
 wait_until 30 kernel_connections 4 ||
   fail "the new controller's status shows $(status_get '.volume.kernel | tostring'), not /dev/nbd0 with 4 connections"
 note "reconnected after ${reconnect_seconds[-1]} s"
 
+hold deleted
+note "2. stopping the controller (SIGTERM); a new one at once"
+before=$(log_count 'reconnected to volume')
+stop_server c
+touch "$STATE/go-deleted"
+start_controller "$PLUGIN" "$(leg_uri 0)" "$(leg_uri 1)" "$(leg_uri 2)" \
+  control="$CTL" timeout=10
+wait_reconnected "$before"
+note "reconnected after ${reconnect_seconds[-1]} s"
+
 hold git-half
-note "2. killing the supervisor (SIGKILL) and starting it again"
+note "3. killing the supervisor (SIGKILL) and starting it again"
+before=$(log_count 'reconnected to volume')
 kill -KILL "$supervisor"
 wait "$supervisor" 2>/dev/null || true
 start_supervisor --connections 4 --dead-timeout "$DEAD_TIMEOUT"
 wait_until 60 log_more 'already connected to volume' 0 ||
   fail "the new supervisor did not take /dev/nbd0 over: $(tail -n 5 "$ATTACH_LOG")"
 # Taking over is one reconnection (the kernel takes no socket: none died).
-wait_until 60 log_more 'reconnected to volume' 1 ||
+wait_until 60 log_more 'reconnected to volume' "$before" ||
   fail "the new supervisor did not check the device's connections: $(tail -n 5 "$ATTACH_LOG")"
 touch "$STATE/go-git-half"
 sleep 2
 note "   killing the controller (SIGKILL); a new one in 3 s"
+before=$(log_count 'reconnected to volume')
 kill_controller
 sleep 3
 start_controller "$PLUGIN" "$(leg_uri 0)" "$(leg_uri 1)" "$(leg_uri 2)" \
   control="$CTL" timeout=10
-wait_reconnected 2
+wait_reconnected "$before"
 note "the new supervisor reconnected after ${reconnect_seconds[-1]} s"
 
+# fio stops before the workload hashes the files (fio.dat is one).
+hold git-done
+touch /tmp/fio.stop
+wait "$fio_pid"
+touch "$STATE/go-git-done"
 rc=0
 wait "$workload_pid" || rc=$?
 cat /tmp/workload.out
 [ "$rc" -eq 0 ] || fail "the workload failed with status $rc"
-touch /tmp/fio.stop
-wait "$fio_pid"
 [ ! -e /tmp/fio.failed ] ||
   fail "fio pass $(cat /tmp/fio.failed) failed: $(tail -n 30 "/tmp/fio.$(cat /tmp/fio.failed).out")"
 fio_passes=$(cat /tmp/fio.passes)
@@ -192,7 +208,7 @@ note "workload and $fio_passes fio passes done; kernel: $retries request retries
 check_filesystem /dev/nbd0 /mnt/t
 check_no_io_error
 
-note "3. nbdrep detach"
+note "4. nbdrep detach"
 "$NBDREP" detach /dev/nbd0
 rc=0
 wait_until 30 eval "! kill -0 $supervisor" || fail "the supervisor did not exit after detach"
@@ -202,7 +218,7 @@ grep -q 'the device was disconnected' "$ATTACH_LOG" || fail "the supervisor did 
 stop_controller
 compare_legs "$size" 3
 
-note "4. attach to a server that is not a controller"
+note "5. attach to a server that is not a controller"
 start_server m memory 64M
 rc=0
 out=$("$NBDREP" attach /tmp/m.sock /dev/nbd1 2>&1) || rc=$?
@@ -211,7 +227,7 @@ grep -q 'refused /tmp/m.sock: it is not an nbdkit-replicate controller' <<<"$out
   fail "attach to nbdkit memory: $out"
 stop_server m
 
-note "5. a controller of another volume behind the socket"
+note "6. a controller of another volume behind the socket"
 start_controller "$PLUGIN" "$(leg_uri 0)" "$(leg_uri 1)" "$(leg_uri 2)" \
   control="$CTL" timeout=10
 : >"$ATTACH_LOG"
