@@ -27,6 +27,11 @@
  * is not a controller, is refused, logged, closed, and the device keeps
  * waiting.
  *
+ * A controller stopped cleanly (SIGTERM) closes its client connections
+ * unanswered before it quits (common/replication/handoff.c), so a
+ * planned restart looks to the kernel like a crash: nothing is answered
+ * with an error, and what was unanswered is sent again.
+ *
  * Restarting the supervisor: the device outlives it.  A new
  * "nbdrep attach" on a connected device reads the volume from the
  * device's backend identifier (/sys/block/nbdN/backend), replaces the
