@@ -27,6 +27,11 @@
  * listener often being bound to a wildcard address).  Connections this
  * process opened (to the legs) have an unnamed Unix address or an
  * ephemeral port.  The process's sockets are found in /proc/self/fd.
+ * nbdkit -s (one client on stdin) has no listener: its client still
+ * gets ESHUTDOWN answers.
+ *
+ * The state is the process's (signal dispositions are): one volume per
+ * process, as nbdkit loads one plugin.
  */
 
 #include <config.h>
