@@ -112,8 +112,9 @@ poll_until (struct nbd_handle *h, bool (*done) (struct nbd_handle *h,
     }
     left = deadline - now_ms ();
     if (left <= 0) {
-      snprintf (why, why_len, "no NBD handshake within %d s (is it an "
-                "NBD server's socket?)", timeout_ms / 1000);
+      snprintf (why, why_len, "no NBD handshake within %d s (is it the "
+                "controller's NBD socket, nbdkit -U, and not its control "
+                "socket?)", timeout_ms / 1000);
       return -1;
     }
     if (nbd_poll (h, (int) left) == -1) {
