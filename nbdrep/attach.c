@@ -134,13 +134,17 @@ parse_device (const struct subcommand *cmd, const char *str,
               struct attach *a)
 {
   const char *n = str;
-  uint64_t index;
+  unsigned long index;
+  size_t digits;
 
   if (strncmp (n, "/dev/", 5) == 0)
     n += 5;
-  if (strncmp (n, "nbd", 3) != 0 || n[3] < '0' || n[3] > '9' ||
-      !parse_whole (n + 3, 0, INT_MAX, &index))
+  /* N in decimal, as the kernel names the devices. */
+  digits = strspn (n + (strncmp (n, "nbd", 3) == 0 ? 3 : 0), "0123456789");
+  if (strncmp (n, "nbd", 3) != 0 || digits == 0 || digits > 9 ||
+      n[3 + digits] != '\0' || (n[3] == '0' && digits > 1))
     usage_error (cmd, "'%s' is not an NBD device (/dev/nbdN)", str);
+  index = strtoul (n + 3, NULL, 10);
   a->index = index;
   snprintf (a->device, sizeof a->device, "/dev/nbd%" PRIu32, a->index);
   snprintf (a->export_name, sizeof a->export_name, EXPORT_PREFIX "%s",

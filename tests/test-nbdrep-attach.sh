@@ -47,6 +47,8 @@ expect 2 "'/dev/sda' is not an NBD device" attach "$sock" /dev/sda
 expect 2 "'nbd' is not an NBD device" attach "$sock" nbd
 expect 2 "'/dev/nbd1x' is not an NBD device" detach /dev/nbd1x
 expect 2 "'nbd-1' is not an NBD device" detach nbd-1
+expect 2 "'nbd01' is not an NBD device" detach nbd01
+expect 2 "'/dev/nbd0x1' is not an NBD device" detach /dev/nbd0x1
 expect 2 "--connections '0' is not a whole number from 1 to 64" \
   attach --connections 0 "$sock" /dev/nbd0
 expect 2 "--connections '65' is not a whole number from 1 to 64" \
