@@ -20,7 +20,8 @@
 static const struct subcommand *const subcommands[] = {
   &cmd_status, &cmd_watch, &cmd_add, &cmd_remove, &cmd_fail, &cmd_resync,
   &cmd_set, &cmd_verify, &cmd_metrics, &cmd_inspect, &cmd_backup,
-  &cmd_backups, &cmd_backup_delete, &cmd_backup_verify,
+  &cmd_backups, &cmd_backup_delete, &cmd_backup_verify, &cmd_attach,
+  &cmd_detach,
 };
 #define NR_SUBCOMMANDS (sizeof subcommands / sizeof subcommands[0])
 

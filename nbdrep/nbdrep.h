@@ -19,6 +19,9 @@
  * backup-read.c, backup-send.c   its reader threads, its transfers
  * backups.c     nbdrep backups, backup-delete, backup-verify; open_store
  * tls-options.c the --tls options of inspect and backup
+ * attach.c      nbdrep attach (the device's supervisor) and detach
+ * nbdneg.c      a negotiated NBD connection to give to the kernel
+ * nbdnl.c       the kernel's NBD device over generic netlink
  *
  * Conventions: a subcommand returns its exit status (EXIT_*).  A
  * function that fails prints its error with nbdrep_error () first and
@@ -55,7 +58,8 @@ struct subcommand {
 
 extern const struct subcommand cmd_status, cmd_watch, cmd_add, cmd_remove,
   cmd_fail, cmd_resync, cmd_set, cmd_verify, cmd_metrics, cmd_inspect,
-  cmd_backup, cmd_backups, cmd_backup_delete, cmd_backup_verify;
+  cmd_backup, cmd_backups, cmd_backup_delete, cmd_backup_verify,
+  cmd_attach, cmd_detach;
 
 /* ---- messages.c -------------------------------------------------- */
 

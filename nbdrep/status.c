@@ -91,6 +91,21 @@ print_ublk (const json_t *u)
           jbool (u, "keep", false) ? ", kept at stop" : "");
 }
 
+/* One line per kernel device connected by nbdrep attach. */
+static void
+print_kernel (const json_t *devices)
+{
+  size_t i;
+  const json_t *d;
+
+  json_array_foreach (devices, i, d) {
+    const char *device = jstr (d, "device");
+    printf ("  kernel %s attached (nbdrep attach), %" PRId64
+            " connection(s)\n", device ? device : "?",
+            jint (d, "connections", 0));
+  }
+}
+
 /* The backup line, if a backup runs. */
 static void
 print_backup (const json_t *b)
@@ -217,6 +232,8 @@ print_status (const json_t *status)
   print_volume_details (vol);
   if (jobj (vol, "ublk"))
     print_ublk (jobj (vol, "ublk"));
+  if (jarr (vol, "kernel"))
+    print_kernel (jarr (vol, "kernel"));
   if (vf)
     print_verify (vf);
   if (jobj (vol, "backup"))

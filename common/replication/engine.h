@@ -159,6 +159,27 @@ extern void engine_stop (struct volume *v)
 extern bool engine_volume_uuid (struct volume *v, uint8_t uuid[16])
   __attribute__ ((__nonnull__));
 
+/* The export description that names the volume to NBD clients,
+ * "nbdkit-replicate volume UUID": nbdrep attach checks it on every
+ * connection before it hands the connection to the kernel.  False
+ * without metadata (no UUID, no description).
+ */
+#define ENGINE_LABEL_MAX 64
+extern bool engine_volume_label (struct volume *v,
+                                 char label[ENGINE_LABEL_MAX])
+  __attribute__ ((__nonnull__));
+
+/* An NBD client connection that names itself as a connection of a
+ * kernel device: export name "nbdrep-attach:DEVICE" (nbdrep attach).
+ * The status counts them per device ("kernel").  engine_kernel_open
+ * returns the handle to give engine_kernel_close when the connection
+ * ends, or NULL if the name is not such a name.
+ */
+extern void *engine_kernel_open (struct volume *v, const char *export_name)
+  __attribute__ ((__nonnull__ (1)));
+extern void engine_kernel_close (struct volume *v, void *handle)
+  __attribute__ ((__nonnull__ (1)));
+
 /* What the client may be told at negotiation. */
 extern int64_t engine_get_size (struct volume *v)
   __attribute__ ((__nonnull__));

@@ -288,6 +288,15 @@ struct volume {
   struct verify *verify;
   const struct engine_frontend *frontend;   /* engine_set_frontend */
   void *frontend_state;         /* what its start returned (v->lock) */
+  /* NBD clients that are a kernel device's connections (nbdrep attach
+   * names the device in its export name, KERNEL_EXPORT_PREFIX): counted
+   * per device for the status.  kernel_lock is a leaf.
+   */
+  pthread_mutex_t kernel_lock;
+  struct kernel_client {
+    char device[32];
+    unsigned connections;       /* 0: a free slot */
+  } kernel[16];
   struct backup *backup;        /* the running backup (control thread) */
   char backup_lapsed[33];       /* token of the last backup that lapsed */
 };

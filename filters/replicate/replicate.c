@@ -326,17 +326,30 @@ replicate_cleanup (nbdkit_backend *backend UNUSED)
   }
 }
 
+/* The handle of every connection but a kernel device's. */
+static int plain_handle;
+
 /* Client connections do not open the plugin: leg 0 is the engine's.
  * So every connection callback nbdkit may call must be ours (nbdkit
- * would pass them to a NULL next).
+ * would pass them to a NULL next).  The connections of a kernel
+ * device (nbdrep attach) are counted for the status.
  */
 static void *
 replicate_open (nbdkit_next_open *next UNUSED, nbdkit_context *context UNUSED,
-                int readonly UNUSED, const char *exportname UNUSED,
+                int readonly UNUSED, const char *exportname,
                 int is_tls UNUSED)
 {
-  static int handle;
-  return &handle;
+  void *k = engine_kernel_open (vol, exportname);
+
+  return k ? k : &plain_handle;
+}
+
+/* A connection ends. */
+static void
+replicate_close (void *handle)
+{
+  if (handle != &plain_handle)
+    engine_kernel_close (vol, handle);
 }
 
 /* The exported size. */
@@ -355,12 +368,19 @@ replicate_block_size (nbdkit_next *next UNUSED, void *handle UNUSED,
   return engine_block_size (vol, minimum, preferred, maximum);
 }
 
-/* No description (the plugin's is not consulted: it is only leg 0). */
+/* The volume's name, "nbdkit-replicate volume UUID" (the plugin's
+ * description is not consulted: it is only leg 0).  nbdrep attach
+ * checks it before it gives a connection to the kernel.
+ */
 static const char *
 replicate_export_description (nbdkit_next *next UNUSED,
                               void *handle UNUSED)
 {
-  return NULL;
+  char label[ENGINE_LABEL_MAX];
+
+  if (!engine_volume_label (vol, label))
+    return NULL;
+  return nbdkit_strdup_intern (label);
 }
 
 /* Not rotational: the legs are whatever they are, reads spread. */
@@ -513,6 +533,7 @@ static struct nbdkit_filter filter = {
   .after_fork        = replicate_after_fork,
   .cleanup           = replicate_cleanup,
   .open              = replicate_open,
+  .close             = replicate_close,
   .get_size          = replicate_get_size,
   .export_description = replicate_export_description,
   .block_size        = replicate_block_size,

@@ -109,11 +109,23 @@ replicate_cleanup (void)
   engine_stop (vol);
 }
 
-/* No per-connection state. */
+/* No per-connection state, except for the connections of a kernel
+ * device (nbdrep attach), which the status counts.
+ */
 static void *
 replicate_open (int readonly UNUSED)
 {
-  return NBDKIT_HANDLE_NOT_NEEDED;
+  void *k = engine_kernel_open (vol, nbdkit_export_name ());
+
+  return k ? k : NBDKIT_HANDLE_NOT_NEEDED;
+}
+
+/* A connection ends. */
+static void
+replicate_close (void *handle)
+{
+  if (handle != NBDKIT_HANDLE_NOT_NEEDED)
+    engine_kernel_close (vol, handle);
 }
 
 #define THREAD_MODEL NBDKIT_THREAD_MODEL_PARALLEL
@@ -131,6 +143,19 @@ replicate_block_size (void *handle UNUSED, uint32_t *minimum,
                       uint32_t *preferred, uint32_t *maximum)
 {
   return engine_block_size (vol, minimum, preferred, maximum);
+}
+
+/* The volume's name, "nbdkit-replicate volume UUID": nbdrep attach
+ * checks it before it gives a connection to the kernel.
+ */
+static const char *
+replicate_export_description (void *handle UNUSED)
+{
+  char label[ENGINE_LABEL_MAX];
+
+  if (!engine_volume_label (vol, label))
+    return NULL;
+  return nbdkit_strdup_intern (label);
 }
 
 /* Writable. */
@@ -321,8 +346,10 @@ static struct nbdkit_plugin plugin = {
   .after_fork        = replicate_after_fork,
   .cleanup           = replicate_cleanup,
   .open              = replicate_open,
+  .close             = replicate_close,
   .get_size          = replicate_get_size,
   .block_size        = replicate_block_size,
+  .export_description = replicate_export_description,
   .can_write         = replicate_can_write,
   .can_flush         = replicate_can_flush,
   .can_fua           = replicate_can_fua,

@@ -249,6 +249,69 @@ generation_now (struct volume *v)
   return v->sb.gen.counter;
 }
 
+#define KERNEL_EXPORT_PREFIX "nbdrep-attach:"
+
+/* A connection of a kernel device opens (see engine.h). */
+void *
+engine_kernel_open (struct volume *v, const char *export_name)
+{
+  const size_t plen = strlen (KERNEL_EXPORT_PREFIX);
+  struct kernel_client *k, *slot = NULL;
+  const char *device;
+  size_t i;
+
+  if (export_name == NULL ||
+      strncmp (export_name, KERNEL_EXPORT_PREFIX, plen) != 0)
+    return NULL;
+  device = export_name + plen;
+  if (*device == '\0' || strlen (device) >= sizeof v->kernel[0].device)
+    return NULL;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->kernel_lock);
+  for (i = 0; i < sizeof v->kernel / sizeof v->kernel[0]; ++i) {
+    k = &v->kernel[i];
+    if (k->connections > 0 && strcmp (k->device, device) == 0) {
+      k->connections++;
+      return k;
+    }
+    if (k->connections == 0 && slot == NULL)
+      slot = k;
+  }
+  if (slot != NULL) {
+    strcpy (slot->device, device);
+    slot->connections = 1;
+  }
+  return slot;
+}
+
+/* A connection of a kernel device ends (see engine.h). */
+void
+engine_kernel_close (struct volume *v, void *handle)
+{
+  struct kernel_client *k = handle;
+
+  if (k == NULL)
+    return;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->kernel_lock);
+  k->connections--;
+}
+
+/* The "kernel" array: the kernel devices connected now. */
+static json_t *
+kernel_json (struct volume *v)
+{
+  json_t *a = json_array ();
+  size_t i;
+
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->kernel_lock);
+  for (i = 0; i < sizeof v->kernel / sizeof v->kernel[0]; ++i)
+    if (v->kernel[i].connections > 0)
+      json_array_append_new (a, json_pack ("{s:s, s:i}",
+                                           "device", v->kernel[i].device,
+                                           "connections",
+                                           (int) v->kernel[i].connections));
+  return a;
+}
+
 /* The "volume" object, with generation gen.  v->lock held. */
 static json_t *
 volume_json (struct volume *v, const struct backup_status *b, uint64_t gen)
@@ -288,6 +351,7 @@ volume_json (struct volume *v, const struct backup_status *b, uint64_t gen)
   json_object_set_new (j, "ublk",
                        v->frontend ? v->frontend->status (v, v->frontend_state)
                                    : json_null ());
+  json_object_set_new (j, "kernel", kernel_json (v));
   json_object_set_new (j, "backup", backup_json (b));
   json_object_set_new (j, "backup_base", b->have_base ? json_string (b->base)
                                                      : json_null ());

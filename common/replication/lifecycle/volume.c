@@ -35,6 +35,8 @@
 #include "control.h"
 #include "verify.h"
 #include "cleanup.h"
+#include "random.h"
+#include "handoff.h"
 
 const char *engine_config_help = CONFIG_HELP;
 
@@ -69,6 +71,7 @@ engine_new (enum engine_shape shape)
   pthread_cond_init (&v->monitor_cond, NULL);
   pthread_mutex_init (&v->change_lock, NULL);
   pthread_mutex_init (&v->bm_write_lock, NULL);
+  pthread_mutex_init (&v->kernel_lock, NULL);
   return v;
 }
 
@@ -229,6 +232,19 @@ engine_volume_uuid (struct volume *v, uint8_t uuid[16])
   return true;
 }
 
+/* The export description naming the volume (see engine.h). */
+bool
+engine_volume_label (struct volume *v, char label[ENGINE_LABEL_MAX])
+{
+  char uuid[37];
+
+  if (!v->metadata)
+    return false;
+  uuid_format (v->sb.volume_uuid, uuid);
+  snprintf (label, ENGINE_LABEL_MAX, "nbdkit-replicate volume %s", uuid);
+  return true;
+}
+
 /* Register the frontend (see engine.h). */
 void
 engine_set_frontend (struct volume *v, const struct engine_frontend *f)
@@ -262,6 +278,8 @@ engine_after_fork (struct volume *v)
     return -1;
   if (v->cfg.control && control_start (v) == -1)
     return -1;
+  if (handoff_start (v) == -1)
+    return -1;
   v->threads_running = true;
   /* Last: the device is served once the engine is. */
   return v->frontend ? start_frontend (v) : 0;
@@ -290,6 +308,7 @@ engine_stop (struct volume *v)
   size_t i;
   int err;
 
+  handoff_stop ();
   /* First: no request may come after the activity log is emptied. */
   if (v->frontend)
     v->frontend->stop (v->frontend_state);

@@ -1,0 +1,254 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Handing the NBD clients over at a clean stop (SIGTERM, SIGINT).
+ *
+ * nbdkit, once told to quit, answers every request it still reads with
+ * ESHUTDOWN.  The kernel's NBD client turns such an answer into an I/O
+ * error, so a planned restart of a controller under a kernel device
+ * (nbdrep attach) would fail the filesystem's requests, where a killed
+ * controller fails none: the kernel sees its connections end, holds its
+ * requests and sends the unanswered ones again to the next controller.
+ *
+ * So the engine takes SIGTERM and SIGINT first (installed when its
+ * threads start, after nbdkit has installed its own handlers).  The
+ * handler only wakes a thread, which shuts down (both ways) every
+ * connection that was accepted on one of the process's listening
+ * sockets other than the control socket: nbdkit's NBD clients.  nbdkit
+ * then reads end of file on them; a request it had already read goes on
+ * and its answer, if any, is lost with the connection, which is what a
+ * kill would have done.  Then the thread gives the signal back to
+ * nbdkit (its old disposition, raised again), and the stop goes on as
+ * before: nbdkit quits, and the engine stops cleanly (final flush,
+ * empty activity log).  A request the client sends again lands on the
+ * next controller, after this one has stopped.  Other clients see their
+ * connection end instead of ESHUTDOWN answers.
+ *
+ * Which sockets: a connection accepted on a listening socket has that
+ * socket's local address (a Unix socket's path; for TCP its port, the
+ * listener often being bound to a wildcard address).  Connections this
+ * process opened (to the legs) have an unnamed Unix address or an
+ * ephemeral port.  The process's sockets are found in /proc/self/fd.
+ * nbdkit -s (one client on stdin) has no listener: its client still
+ * gets ESHUTDOWN answers.
+ *
+ * The state is the process's (signal dispositions are): one volume per
+ * process, as nbdkit loads one plugin.
+ */
+
+#include <config.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "internal.h"
+#include "handoff.h"
+
+#define MAX_LISTENERS 16
+
+/* An endpoint: a listening socket's local address. */
+struct endpoint {
+  struct sockaddr_storage ss;
+  socklen_t len;
+};
+
+static int wake_fds[2] = { -1, -1 };
+static struct sigaction old_term, old_int;
+static pthread_t thread;
+static bool started;
+
+/* Signal handler: wake the thread with the signal's number. */
+static void
+on_stop_signal (int sig)
+{
+  int e = errno;
+  char c = (char) sig;
+
+  if (write (wake_fds[1], &c, 1) != 1) {
+    /* Nothing to do in a signal handler: the pipe is never full. */
+  }
+  errno = e;
+}
+
+/* The local address of socket fd; false if fd is not a socket. */
+static bool
+local_name (int fd, struct endpoint *ep)
+{
+  ep->len = sizeof ep->ss;
+  return getsockname (fd, (struct sockaddr *) &ep->ss, &ep->len) == 0;
+}
+
+/* Is fd a listening socket? */
+static bool
+is_listening (int fd)
+{
+  int v = 0;
+  socklen_t len = sizeof v;
+
+  return getsockopt (fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &len) == 0 && v;
+}
+
+/* The port of an inet endpoint, 0 for other families. */
+static in_port_t
+port_of (const struct endpoint *ep)
+{
+  if (ep->ss.ss_family == AF_INET)
+    return ((const struct sockaddr_in *) &ep->ss)->sin_port;
+  if (ep->ss.ss_family == AF_INET6)
+    return ((const struct sockaddr_in6 *) &ep->ss)->sin6_port;
+  return 0;
+}
+
+/* Was a connection with local address c accepted on listener l? */
+static bool
+accepted_on (const struct endpoint *c, const struct endpoint *l)
+{
+  if (c->ss.ss_family == AF_UNIX && l->ss.ss_family == AF_UNIX)
+    return c->len > offsetof (struct sockaddr_un, sun_path) + 1 &&
+           c->len == l->len && memcmp (&c->ss, &l->ss, c->len) == 0;
+  return port_of (c) != 0 && port_of (c) == port_of (l);
+}
+
+/* Is ep the Unix socket at path? */
+static bool
+is_path (const struct endpoint *ep, const char *path)
+{
+  return path != NULL && ep->ss.ss_family == AF_UNIX &&
+         strcmp (((const struct sockaddr_un *) &ep->ss)->sun_path,
+                 path) == 0;
+}
+
+/* The process's file descriptors (numbers) into fds[0..*n-1]; false if
+ * /proc/self/fd cannot be read.
+ */
+static bool
+list_fds (int *fds, size_t max, size_t *n)
+{
+  DIR *dir = opendir ("/proc/self/fd");
+  struct dirent *d;
+
+  *n = 0;
+  if (dir == NULL)
+    return false;
+  while ((d = readdir (dir)) != NULL && *n < max)
+    if (d->d_name[0] >= '0' && d->d_name[0] <= '9' &&
+        atoi (d->d_name) != dirfd (dir))
+      fds[(*n)++] = atoi (d->d_name);
+  closedir (dir);
+  return true;
+}
+
+/* Shut down the connections accepted on the process's listening
+ * sockets but the control socket; returns how many.
+ */
+static size_t
+shut_clients (const char *control)
+{
+  static int fds[4096];
+  struct endpoint listeners[MAX_LISTENERS], ep;
+  size_t nfds, nl = 0, i, j, shut = 0;
+
+  if (!list_fds (fds, sizeof fds / sizeof fds[0], &nfds))
+    return 0;
+  for (i = 0; i < nfds && nl < MAX_LISTENERS; ++i)
+    if (is_listening (fds[i]) && local_name (fds[i], &listeners[nl]) &&
+        !is_path (&listeners[nl], control))
+      nl++;
+  for (i = 0; i < nfds; ++i) {
+    if (is_listening (fds[i]) || !local_name (fds[i], &ep))
+      continue;
+    for (j = 0; j < nl; ++j)
+      if (accepted_on (&ep, &listeners[j])) {
+        if (shutdown (fds[i], SHUT_RDWR) == 0)
+          shut++;
+        break;
+      }
+  }
+  return shut;
+}
+
+/* Give signal sig back to nbdkit: its old disposition, raised again. */
+static void
+pass_on (int sig)
+{
+  const struct sigaction *old = sig == SIGINT ? &old_int : &old_term;
+
+  sigaction (sig, old, NULL);
+  if (old->sa_handler != SIG_IGN)
+    raise (sig);
+}
+
+/* The thread: on a stop signal, hand the clients over, pass it on. */
+static void *
+handoff_thread (void *arg)
+{
+  struct volume *v = arg;
+  ssize_t r;
+  size_t n;
+  char c;
+
+  for (;;) {
+    r = read (wake_fds[0], &c, 1);
+    if (r == -1 && errno == EINTR)
+      continue;
+    if (r != 1 || c == 0)
+      return NULL;
+    n = shut_clients (v->cfg.control);
+    nbdkit_debug ("signal %d: closed %zu NBD client connection(s) before "
+                  "stopping, without answering what they had sent",
+                  (int) c, n);
+    pass_on (c);
+  }
+}
+
+/* Take SIGTERM and SIGINT and start the thread (see handoff.h). */
+int
+handoff_start (struct volume *v)
+{
+  struct sigaction sa = { .sa_handler = on_stop_signal };
+  int err;
+
+  if (pipe2 (wake_fds, O_CLOEXEC) == -1) {
+    nbdkit_error ("pipe2: %m");
+    return -1;
+  }
+  err = pthread_create (&thread, NULL, handoff_thread, v);
+  if (err) {
+    errno = err;
+    nbdkit_error ("pthread_create: %m");
+    close (wake_fds[0]);
+    close (wake_fds[1]);
+    return -1;
+  }
+  started = true;
+  sigemptyset (&sa.sa_mask);
+  sigaction (SIGTERM, &sa, &old_term);
+  sigaction (SIGINT, &sa, &old_int);
+  return 0;
+}
+
+/* Give the signals back and end the thread (see handoff.h). */
+void
+handoff_stop (void)
+{
+  char c = 0;
+
+  if (!started)
+    return;
+  started = false;
+  sigaction (SIGTERM, &old_term, NULL);
+  sigaction (SIGINT, &old_int, NULL);
+  if (write (wake_fds[1], &c, 1) == 1)
+    pthread_join (thread, NULL);
+  close (wake_fds[0]);
+  close (wake_fds[1]);
+}
