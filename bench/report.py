@@ -315,7 +315,7 @@ def report_cpucost(path, systems, n1, n2):
 
     def cost(tool, s, op, qd, role, field):
         v, sp = per_request(rows, n1, n2, tool, s, op, qd, role, field)
-        if sp == sp:
+        if sp == sp and abs(v) >= 1:    # not an idle thread's crumbs
             spreads.append((sp, "%s %s %s QD%s %s" % (tool, s, op, qd, role)))
         return v
 
