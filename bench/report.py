@@ -785,20 +785,22 @@ def report_async(path, status_path, systems, jobs, aa):
 
     if status:
         print()
-        print("The asynchronous leg after each run (nbdrep status --json;"
-              " waited: seconds before the run until it was replicating"
-              " with an empty buffer)")
+        print("The asynchronous leg before and after each run (nbdrep status"
+              " --json; waited: seconds before the run until it was"
+              " replicating with an empty buffer, or ASYNC_WAIT in vain)")
         print()
         out = []
         for r in status:
             pulls = num(r["pull_aheads"]) - num(r["pull_aheads_before"])
             out.append([r["round"], r["system"], r["job"], r["waited_s"],
-                        r["state"], fmt(pulls, 1), r["pull_aheads"],
+                        r.get("state_before", "-"), r["state"],
+                        fmt(pulls, 1), r["pull_aheads"],
                         fmt(num(r["lag_bytes"]) / 1048576.0),
                         fmt(num(r["lag_seconds"])),
                         fmt(num(r["buffer_used"]) / 1048576.0),
                         fmt(num(r["buffer_size"]) / 1048576.0)])
-        table(["round", "system", "job", "waited s", "state after",
+        table(["round", "system", "job", "waited s", "state before",
+               "state after",
                "pull-aheads in the run", "pull-aheads total", "lag MiB",
                "lag s", "buffer used MiB", "buffer MiB"], out, right=3)
     load_and_failures(rows)
