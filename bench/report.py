@@ -763,6 +763,17 @@ def report_async(path, status_path, systems, jobs, aa):
         table(["comparison"] + [RUN_JOBS[j][0] for j in jobs], out)
         if "C2As" in systems:
             print()
+            stuck = [r for r in status if r["system"] == "C2As" and
+                     r.get("state_before", "replicating") != "replicating"]
+            if stuck:
+                print("WARNING: the asynchronous leg of C2As was not replicating"
+                      " before %d of its %d runs (%s): a leg behind is sent"
+                      " nothing, so those runs do not measure it." % (
+                          len(stuck), len([r for r in status
+                                           if r["system"] == "C2As"]),
+                          ", ".join("round %s %s: %s" % (
+                              r["round"], r["job"], r["state_before"])
+                              for r in stuck)))
             for j, goal, ok in (("randwrite", ">= 0.9", lambda r: r >= 0.9),
                                 ("lat1", "<= 1.1", lambda r: r <= 1.1)):
                 r = res.get(("C2As", j), NAN)
