@@ -780,7 +780,9 @@ def report_async(path, status_path, systems, jobs, aa):
                 if j in jobs:
                     print("Goal: C2As / C2 %s %s: %s -> %s" % (
                         RUN_JOBS[j][0], goal, fmtr(r),
-                        "-" if r != r else "met" if ok(r) else "NOT met"))
+                        "-" if r != r else
+                        "not measured (the leg stayed behind)" if stuck else
+                        "met" if ok(r) else "NOT met"))
         if aa and aa in systems:
             dev = []
             for j in jobs:
