@@ -27,6 +27,11 @@
 #   CN       our plugin over N memory replicas (metadata on: internal)
 #   CNm0     the same with metadata=none
 #   CNf      our filter over nbdkit memory (leg 0) and N-1 memory replicas
+#   CNA      CN plus one asynchronous leg (async=URI), a memory replica
+#            (CNAf, CNAm0 likewise)
+#   NAMEs    NAME with its last replica behind nbdkit's delay filter
+#            ($SLOW_DELAY): C3s (the third leg slow), C2As (the
+#            asynchronous leg slow)
 #   NAMEb    a second, identical instance of NAME (the A/A check)
 #   NAME-TAG another instance of NAME (bench/scale: C3-c8)
 # Controllers get control=$WORK/NAME.ctl and $C_ARGS; start_system waits
@@ -36,6 +41,8 @@
 #   SIZE           size of every replica (nbdkit syntax, default 256M)
 #   C_ARGS         extra parameters for every controller, e.g. "connections=8"
 #   R_ARGS         extra nbdkit options for every replica, e.g. "--tls=on ..."
+#   SLOW_DELAY     the delay filter's parameters for the slow replica of
+#                  an NAMEs system (default "delay-write=5ms delay-zero=5ms")
 #   PLUGIN FILTER NBDREP  the built plugin, filter and nbdrep (default:
 #                  the build tree this bench/ directory belongs to)
 #   START_TIMEOUT  seconds a server may take to answer (default 60)
@@ -55,6 +62,7 @@ NBDREP=${NBDREP:-$TOP/nbdrep/nbdrep}
 SIZE=${SIZE:-256M}
 C_ARGS=${C_ARGS:-}
 R_ARGS=${R_ARGS:-}
+SLOW_DELAY=${SLOW_DELAY:-delay-write=5ms delay-zero=5ms}
 START_TIMEOUT=${START_TIMEOUT:-60}
 STOP_GRACE=${STOP_GRACE:-15}
 KEEP_WORK=${KEEP_WORK:-0}
@@ -334,31 +342,38 @@ wait_tcp ()
   return 1
 }
 
-# start_replicas SYS N SIZE: N nbdkit memory replicas SYS-r0 ... (with
-# $R_ARGS), on Unix sockets, or on TCP in their hosts' namespaces with
-# LEG_NETNS; sets REPLICA_URIS, REPLICA_QEMU (the same legs as
+# start_replicas SYS N SIZE [SLOW]: N nbdkit memory replicas SYS-r0 ...
+# (with $R_ARGS), on Unix sockets, or on TCP in their hosts' namespaces
+# with LEG_NETNS; with SLOW=1 the last one behind the delay filter
+# ($SLOW_DELAY).  Sets REPLICA_URIS, REPLICA_QEMU (the same legs as
 # qemu's nbd driver names them) and appends their pids to SYS_PIDS[SYS].
 start_replicas ()
 {
-  local sys=$1 n=$2 size=$3 i addr port
-  local -a extra
-  read -r -a extra <<<"$R_ARGS"
+  local sys=$1 n=$2 size=$3 slow=${4:-0} i addr port
+  local -a extra delay
   REPLICA_URIS=() REPLICA_QEMU=()
   for (( i = 0; i < n; i++ )); do
+    read -r -a extra <<<"$R_ARGS"
+    delay=()
+    if [ "$slow" = 1 ] && [ "$i" = $(( n - 1 )) ]; then
+      extra+=(--filter=delay)
+      read -r -a delay <<<"$SLOW_DELAY"
+    fi
     if [ -n "$LEG_NETNS" ]; then
       addr=10.202.$(( i + 1 )).2 port=$NEXT_PORT
       NEXT_PORT=$(( NEXT_PORT + 1 ))
       echo "== $(date +%T) $sys-r$i on $addr:$port" >>"$WORK/$sys-r$i.log"
       spawn replica "$WORK/$sys-r$i.log" nsenter "--net=/run/netns/$LEG_NETNS-h$i" -- \
-        nbdkit -f -i "$addr" -p "$port" "${extra[@]}" memory "size=$size"
+        nbdkit -f -i "$addr" -p "$port" "${extra[@]}" memory "size=$size" \
+        "${delay[@]}"
       wait_tcp "nbd://$addr:$port" "$LAST_PID" || {
         say "$sys-r$i did not start"; return 1; }
       REPLICA_URIS+=("nbd://$addr:$port")
       REPLICA_QEMU+=("server.type=inet,server.host=$addr,server.port=$port")
     else
       start_server replica "$sys-r$i" \
-        nbdkit -f -U "$WORK/$sys-r$i.sock" "${extra[@]}" memory "size=$size" ||
-        return 1
+        nbdkit -f -U "$WORK/$sys-r$i.sock" "${extra[@]}" memory "size=$size" \
+        "${delay[@]}" || return 1
       REPLICA_URIS+=("$(uri_of "$WORK/$sys-r$i.sock")")
       REPLICA_QEMU+=("server.type=unix,server.path=$WORK/$sys-r$i.sock")
     fi
@@ -390,7 +405,7 @@ wait_healthy ()
 system_base ()
 {
   local s=${1%%-*}
-  if [[ $s =~ ^(L|P1|Q3|C[0-9]+(f|m0)?)b$ ]]; then
+  if [[ $s =~ ^(L|P1|Q3|C[0-9]+A?(f|m0)?s?)b$ ]]; then
     echo "${s%b}"
   else
     echo "$s"
@@ -398,12 +413,17 @@ system_base ()
 }
 
 # front_cmd SYS BASE: set FRONT to the front-end command of system SYS
-# (its replicas are started and in REPLICA_URIS).
+# (its replicas are started and in REPLICA_URIS; with CNA... the last
+# one is the asynchronous leg).
 front_cmd ()
 {
   local sys=$1 base=$2 sock=$WORK/$1.sock u i
-  local -a extra
+  local -a extra async=()
   read -r -a extra <<<"$C_ARGS"
+  if [[ $base =~ ^C[0-9]+A ]]; then
+    async=("async=${REPLICA_URIS[-1]}")
+    unset 'REPLICA_URIS[-1]'
+  fi
   case $base in
     L) FRONT=(nbdkit -f -U "$sock" memory "size=$SIZE") ;;
     P1) FRONT=(nbdkit -f -U "$sock" nbd "uri=${REPLICA_URIS[0]}") ;;
@@ -415,25 +435,27 @@ front_cmd ()
       FRONT+=(--blockdev "driver=quorum,node-name=q,vote-threshold=1,read-pattern=fifo,children.0=r0,children.1=r1,children.2=r2"
               --nbd-server "addr.type=unix,addr.path=$sock"
               --export "type=nbd,id=e0,node-name=q,name=,writable=on") ;;
-    C*f)
+    C*f|C*fs)
       FRONT=(nbdkit -f -U "$sock" "--filter=$FILTER" memory "size=$SIZE")
       for u in "${REPLICA_URIS[@]}"; do FRONT+=("replica=$u"); done
-      FRONT+=("control=${SYS_CTL[$sys]}" "${extra[@]}") ;;
+      FRONT+=("${async[@]}" "control=${SYS_CTL[$sys]}" "${extra[@]}") ;;
     C*)
-      FRONT=(nbdkit -f -U "$sock" "$PLUGIN" "${REPLICA_URIS[@]}"
+      FRONT=(nbdkit -f -U "$sock" "$PLUGIN" "${REPLICA_URIS[@]}" "${async[@]}"
              "control=${SYS_CTL[$sys]}" "${extra[@]}")
-      [[ $base == *m0 ]] && FRONT+=(metadata=none) ;;
+      [[ $base == *m0* ]] && FRONT+=(metadata=none) ;;
   esac
 }
 
 # start_system NAME: start system NAME (see the top); sets SYS_URI[NAME].
 start_system ()
 {
-  local sys=$1 base n=0
+  local sys=$1 base n=0 slow=0
   base=$(system_base "$1")
-  if [[ $base =~ ^C([1-9][0-9]*)(f|m0)?$ ]]; then
+  if [[ $base =~ ^C([1-9][0-9]*)(A?)(f|m0)?(s?)$ ]]; then
     n=${BASH_REMATCH[1]}
-    [ "${BASH_REMATCH[2]}" = f ] && n=$(( n - 1 ))
+    [ "${BASH_REMATCH[3]}" = f ] && n=$(( n - 1 ))
+    [ -z "${BASH_REMATCH[2]}" ] || n=$(( n + 1 ))
+    [ -z "${BASH_REMATCH[4]}" ] || slow=1
     SYS_CTL[$sys]=$WORK/$sys.ctl
   else
     case $base in
@@ -444,7 +466,7 @@ start_system ()
     esac
   fi
   SYS_PIDS[$sys]=""
-  start_replicas "$sys" "$n" "$SIZE" || return 1
+  start_replicas "$sys" "$n" "$SIZE" "$slow" || return 1
   front_cmd "$sys" "$base"
   [ -z "$LEG_NETNS" ] ||
     FRONT=(nsenter "--net=/run/netns/$LEG_NETNS-ctl" -- "${FRONT[@]}")

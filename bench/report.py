@@ -10,6 +10,8 @@
 #   report.py scale FIO_TSV CG_TSV RSS_TSV
 #   report.py rebuild TSV LEG_SIZE
 #   report.py tls TSV COPY_TSV "JOBS"
+#   report.py tcp TSV "JOBS"
+#   report.py async TSV STATUS_TSV "SYSTEMS" "JOBS" AA_SYSTEM
 #
 # Every table is a pipe table with padded columns: readable in a
 # terminal and valid markdown.  A value is the median over rounds (or
@@ -313,7 +315,7 @@ def report_cpucost(path, systems, n1, n2):
 
     def cost(tool, s, op, qd, role, field):
         v, sp = per_request(rows, n1, n2, tool, s, op, qd, role, field)
-        if sp == sp:
+        if sp == sp and abs(v) >= 1:    # not an idle thread's crumbs
             spreads.append((sp, "%s %s %s QD%s %s" % (tool, s, op, qd, role)))
         return v
 
@@ -322,8 +324,10 @@ def report_cpucost(path, systems, n1, n2):
           " (user space); syscalls, context switches, CPU: perf stat"
           % (int(n2) - int(n1)))
     print()
-    head = ["system", "op", "QD", "front instr", "all instr", "all / L",
-            "front syscalls", "all syscalls", "all ctx switches", "all CPU us"]
+    head = ["system", "op", "QD", "front instr", "front w/o async sender",
+            "async sender", "poller", "front w/o both", "all instr",
+            "all / L", "front syscalls", "all syscalls", "all ctx switches",
+            "all CPU us"]
     out = []
     val = {}
     for op in ops:
@@ -331,21 +335,28 @@ def report_cpucost(path, systems, n1, n2):
             for s in systems:
                 v = {
                     "fi": cost("cg", s, op, qd, "front", "v1"),
+                    "fa": cost("cg", s, op, qd, "front", "v2"),
+                    "fp": cost("cg", s, op, qd, "front", "v3"),
                     "ai": cost("cg", s, op, qd, "all", "v1"),
                     "fs": cost("perf", s, op, qd, "front", "v3"),
                     "as": cost("perf", s, op, qd, "all", "v3"),
                     "ac": cost("perf", s, op, qd, "all", "v2"),
                     "at": cost("perf", s, op, qd, "all", "v1") * 1000,
                 }
+                v["fw"] = v["fi"] - v["fa"]
+                v["fo"] = v["fw"] - v["fp"]
                 val[(s, op, qd)] = v
                 ref = val.get(("L", op, qd), {}).get("ai", NAN)
-                out.append([s, op, qd, fmt(v["fi"]), fmt(v["ai"]),
+                out.append([s, op, qd, fmt(v["fi"]), fmt(v["fw"]),
+                            fmt(v["fa"]), fmt(v["fp"]), fmt(v["fo"]),
+                            fmt(v["ai"]),
                             fmtr(ratio(v["ai"], ref)), fmt(v["fs"]),
                             fmt(v["as"]), fmt(v["ac"]), fmt(v["at"])])
     table(head, out, right=2)
 
     pairs = [(a, b) for a, b in (("C1", "P1"), ("C1f", "P1"), ("C3", "Q3"),
-                                 ("C3f", "Q3"), ("C3", "C3m0"))
+                                 ("C3f", "Q3"), ("C3", "C3m0"),
+                                 ("C2A", "C2"))
              if a in systems and b in systems]
     if pairs:
         print()
@@ -357,11 +368,28 @@ def report_cpucost(path, systems, n1, n2):
                 for qd in qds:
                     x, y = val[(a, op, qd)], val[(b, op, qd)]
                     out.append(["%s / %s" % (a, b), op, qd] +
-                               [fmtr(ratio(x[k], y[k]))
-                                for k in ("fi", "ai", "fs", "as", "ac")])
-        table(["comparison", "op", "QD", "front instr", "all instr",
+                               [fmtr(ratio(x[k], y[k])) for k in
+                                ("fi", "fw", "fo", "ai", "fs", "as", "ac")])
+        table(["comparison", "op", "QD", "front instr",
+               "front w/o async sender", "front w/o both", "all instr",
                "front syscalls", "all syscalls", "all ctx switches"], out,
               right=2)
+    if ("C2A", "C2") in pairs:
+        print()
+        for op in ops:
+            for qd in qds:
+                x, y = val[("C2A", op, qd)], val[("C2", op, qd)]
+                r = ratio(x["fw"], y["fw"])
+                print("Goal: an asynchronous leg costs the synchronous path"
+                      " <= 5 %% more instructions: C2A / C2 front-end without"
+                      " the async sender, %s QD%s: %s (%+.0f per request)"
+                      " -> %s; without the poller either: %s (%+.0f); the"
+                      " whole front-end: %s; all processes: %s" % (
+                          op, qd, fmtr(r), x["fw"] - y["fw"],
+                          "-" if r != r else "met" if r <= 1.05 else "NOT met",
+                          fmtr(ratio(x["fo"], y["fo"])), x["fo"] - y["fo"],
+                          fmtr(ratio(x["fi"], y["fi"])),
+                          fmtr(ratio(x["ai"], y["ai"]))))
     if spreads:
         print()
         print("Spread over repetitions, (max - min) / median:")
@@ -651,6 +679,146 @@ def report_tcp(path, jobs):
     load_and_failures(rows)
 
 
+# ---------------------------------------------------------------------
+# bench/async
+
+ASYNC_WHAT = {
+    "C2": "2 legs",
+    "C2A": "2 legs + async leg, no delay",
+    "C2As": "2 legs + async leg on the slow server",
+    "C3s": "2 legs + the slow server as a 3rd synchronous leg",
+}
+
+
+def report_async(path, status_path, systems, jobs, aa):
+    """The tables of bench/async: medians, the ratios to C2 with their
+    per-round range and the goals, and the asynchronous leg's state
+    after each run."""
+    rows = read_tsv(path)
+    status = read_tsv(status_path)
+    systems = [s for s in systems.split() if any(r["system"] == s for r in rows)]
+    jobs = [j for j in jobs.split() if j in RUN_JOBS]
+    rounds = sorted({r["round"] for r in rows}, key=int)
+
+    def cell(s, j, field=None, scale=None):
+        return job_median(rows, lambda r: r["system"] == s, j, field, scale)
+
+    def per_round(s, j):
+        t = RUN_JOBS[j]
+        return {r["round"]: num(r[t[1]]) * t[2] for r in rows
+                if r["system"] == s and r["job"] == j}
+
+    def what(s):
+        if aa and s == aa:
+            return "second %s, started identically (A/A)" % s[:-1]
+        return ASYNC_WHAT.get(s, "")
+
+    n_r = "median of %d rounds" % len(rounds) if len(rounds) > 1 else "1 round"
+    print()
+    print("Throughput and QD1 latency (%s)" % n_r)
+    print()
+    head = ["system", "what"] + ["%s %s" % (RUN_JOBS[j][0], RUN_JOBS[j][3])
+                                 for j in jobs]
+    if "lat1" in jobs:
+        head.append("write 4k QD1 p99 us")
+    out = []
+    for s in systems:
+        line = [s, what(s)] + [fmt(cell(s, j)) for j in jobs]
+        if "lat1" in jobs:
+            line.append(fmt(cell(s, "lat1", "p99_us", 1.0)))
+        out.append(line)
+    table(head, out, right=2)
+
+    print()
+    print("Server CPU per request, us (front-end and replicas)")
+    print()
+    table(["system"] + [RUN_JOBS[j][0] for j in jobs],
+          [[s] + [fmt(cell(s, j, "srv_cpu_us_op", 1.0)) for j in jobs]
+           for s in systems])
+
+    base = "C2"
+    others = [s for s in systems if s != base]
+    if base in systems and others:
+        print()
+        print("Ratio to %s (throughput: below 1 is slower; latency: above 1"
+              " is slower)" % base)
+        if len(rounds) > 1:
+            print("[in brackets: lowest and highest of the per-round ratios]")
+        print()
+        out = []
+        res = {}
+        for s in others:
+            line = ["%s / %s" % (s, base)]
+            for j in jobs:
+                r = ratio(cell(s, j), cell(base, j))
+                res[(s, j)] = r
+                text = fmtr(r)
+                a, b = per_round(s, j), per_round(base, j)
+                rr = [x for x in (ratio(a[k], b[k]) for k in a if k in b)
+                      if x == x]
+                if len(rounds) > 1 and rr:
+                    text += " [%s-%s]" % (fmtr(min(rr)), fmtr(max(rr)))
+                line.append(text)
+            out.append(line)
+        table(["comparison"] + [RUN_JOBS[j][0] for j in jobs], out)
+        if "C2As" in systems:
+            print()
+            stuck = [r for r in status if r["system"] == "C2As" and
+                     r.get("state_before", "replicating") != "replicating"]
+            if stuck:
+                print("WARNING: the asynchronous leg of C2As was not replicating"
+                      " before %d of its %d runs (%s): a leg behind is sent"
+                      " nothing, so those runs do not measure it." % (
+                          len(stuck), len([r for r in status
+                                           if r["system"] == "C2As"]),
+                          ", ".join("round %s %s: %s" % (
+                              r["round"], r["job"], r["state_before"])
+                              for r in stuck)))
+            for j, goal, ok in (("randwrite", ">= 0.9", lambda r: r >= 0.9),
+                                ("lat1", "<= 1.1", lambda r: r <= 1.1)):
+                r = res.get(("C2As", j), NAN)
+                if j in jobs:
+                    print("Goal: C2As / C2 %s %s: %s -> %s" % (
+                        RUN_JOBS[j][0], goal, fmtr(r),
+                        "-" if r != r else
+                        "not measured (the leg stayed behind)" if stuck else
+                        "met" if ok(r) else "NOT met"))
+        if aa and aa in systems:
+            dev = []
+            for j in jobs:
+                a, b = per_round(aa, j), per_round(aa[:-1], j)
+                dev += [abs(ratio(a[k], b[k]) - 1) for k in a if k in b]
+            dev = [d for d in dev if d == d]
+            if dev:
+                print("A/A: %s vs %s, %d cells: |ratio - 1| median %.0f %%,"
+                      " max %.0f %%.  Differences smaller than this are"
+                      " noise." % (aa, aa[:-1], len(dev),
+                                   100 * statistics.median(dev),
+                                   100 * max(dev)))
+
+    if status:
+        print()
+        print("The asynchronous leg before and after each run (nbdrep status"
+              " --json; waited: seconds before the run until it was"
+              " replicating with an empty buffer, or ASYNC_WAIT in vain)")
+        print()
+        out = []
+        for r in status:
+            pulls = num(r["pull_aheads"]) - num(r["pull_aheads_before"])
+            out.append([r["round"], r["system"], r["job"], r["waited_s"],
+                        r.get("state_before", "-"), r["state"],
+                        fmt(pulls, 1), r["pull_aheads"],
+                        fmt(num(r["lag_bytes"]) / 1048576.0),
+                        fmt(num(r["lag_seconds"])),
+                        fmt(num(r["buffer_used"]) / 1048576.0),
+                        fmt(num(r["buffer_size"]) / 1048576.0)])
+        table(["round", "system", "job", "waited s", "state before",
+               "state after",
+               "pull-aheads in the run", "pull-aheads total", "lag MiB",
+               "lag s", "buffer used MiB", "buffer MiB"], out, right=3)
+    load_and_failures(rows)
+
+
 def fio_fields(path, rw, ticks, hz):
     """iops, MiB/s, mean latency us, p99 completion latency us, server
     CPU us per request and requests of one fio run, tab-separated."""
@@ -687,10 +855,12 @@ def main():
         report_tls(a[1], a[2], a[3])
     elif len(a) == 3 and a[0] == "tcp":
         report_tcp(a[1], a[2])
+    elif len(a) == 6 and a[0] == "async":
+        report_async(a[1], a[2], a[3], a[4], a[5])
     else:
         sys.exit("usage: report.py run TSV SYSTEMS JOBS AA | cpucost TSV SYSTEMS N1 N2"
                  " | scale FIO CG RSS | rebuild TSV LEG_SIZE | tls TSV COPY_TSV JOBS"
-                 " | tcp TSV JOBS")
+                 " | tcp TSV JOBS | async TSV STATUS_TSV SYSTEMS JOBS AA")
 
 
 if __name__ == "__main__":
