@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+#
+# A clean stop (SIGTERM) with the asynchronous leg behind (DESIGN.md
+# section 14; claim 6): it waits up to timeout= for the queue to be
+# flushed, and what it cannot flush stays hot in the activity log, so
+# that the next start resyncs it (incrementally) and the leg ends equal.
+#   1. A slow leg (50 ms per write) with a queue of 200 writes: the stop
+#      flushes all of it (timeout=20); the next start has nothing to copy.
+#   2. The leg's server paused with 4M queued: the stop gives up after
+#      timeout=2 (bounded), the next start resyncs at least what was
+#      queued, and far less than the volume.
+
+source ./functions.sh
+set -euo pipefail
+set -x
+source "$abs_top_srcdir/tests/fault-functions.sh"
+
+requires_nbdsh
+requires_nbdinfo
+requires_filter pause
+requires_filter delay
+
+ctl=$tmpdir/c.ctl
+pause=$tmpdir/r2.pause
+expected=$tmpdir/expected
+
+start_replica 0 32M
+start_replica 1 32M
+start_replica 2 32M -- --filter=pause --filter=delay pause-control="$pause" \
+  delay-write=50ms
+start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" async="$r2_uri" \
+  async-full=block timeout=20 control="$ctl"
+wait_volume_state 30 "$ctl" healthy
+wait_until 60 status_check "$ctl" 'leg(2)["async"]["state"] == "replicating"'
+new_expected "$expected" "$c_uri"
+size=$(stat -c %s "$expected")
+
+# writes SEED N: N overlapping 16K writes, with a flush every 10, and
+# the same into $expected.
+writes ()
+{
+  "$NBDSH" -u "$c_uri" -c "
+import os, random
+rng = random.Random($1)
+with open('$expected', 'r+b') as f:
+    for i in range($2):
+        off = rng.randrange(512) * 16384
+        buf = os.urandom(16384)
+        h.pwrite(buf, off)
+        f.seek(off)
+        f.write(buf)
+        if i % 10 == 9:
+            h.flush()
+"
+}
+
+# 1.
+writes 1 200
+status_check "$ctl" 'leg(2)["async"]["lag_bytes"] > 0'
+stop_controller c
+start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" async="$r2_uri" \
+  async-full=block timeout=2 control="$ctl"
+wait_volume_state 30 "$ctl" healthy
+wait_until 60 status_check "$ctl" \
+  'leg(2)["async"]["state"] == "replicating" and leg(2)["last_resync"] is not None'
+status_check "$ctl" 'leg(2)["last_resync"]["bytes"] == 0'
+compare_legs "$expected" "$c_uri" "$r0_uri" "$r1_uri" "$r2_uri"
+
+# 2.
+pause_replica "$pause"
+writes 2 256
+status_check "$ctl" 'leg(2)["async"]["lag_bytes"] >= 3 * 1024 * 1024'
+t0=$(now_us)
+stop_controller c
+t1=$(now_us)
+test $(( (t1 - t0) / 1000000 )) -lt 8
+resume_replica "$pause"
+start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" async="$r2_uri" \
+  control="$ctl" wait=30
+wait_volume_state 30 "$ctl" healthy
+wait_until 60 status_check "$ctl" \
+  'leg(2)["async"]["state"] == "replicating" and leg(2)["last_resync"] is not None'
+status_check "$ctl" \
+  'leg(2)["last_resync"]["kind"] == "incremental" and 0 < leg(2)["last_resync"]["bytes"] < 24 * 1024 * 1024'
+"$NBDSH" -u "$c_uri" -c 'h.flush()'
+wait_until 60 status_check "$ctl" 'leg(2)["async"]["lag_bytes"] == 0'
+compare_legs "$expected" "$c_uri" "$r0_uri" "$r1_uri" "$r2_uri"
