@@ -56,9 +56,16 @@ except nbd.Error as e:
     print('first write: %s' % e)
 "
 
-# The stop was clean: status 0, and no recovery at the next start.
-reap_server c 60
-[ "$server_status" -eq 0 ]
+# The stop was clean: status 0, and no recovery at the next start.  In
+# a sanitizer build the runtime may hang in exit() after the plugin was
+# unloaded (_unloaded_but_stuck): the stop is then taken as done.
+if [ "$SANITIZER" != no ]; then
+  wait_until 60 eval '! _pid_alive "$pid" || _unloaded_but_stuck "$pid"'
+  stop_controller c
+else
+  reap_server c 60
+  [ "$server_status" -eq 0 ]
+fi
 server_run_log c |
   grep -q 'closed [1-9][0-9]* NBD client connection(s) before stopping'
 restart_controller c
