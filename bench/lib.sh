@@ -2,8 +2,9 @@
 # shellcheck shell=bash disable=SC2034
 # (SC2034: the variables set here are read by the scripts that source it)
 #
-# bench/lib.sh: what bench/run, bench/cpucost, bench/rebuild and
-# bench/scale share; sourced, never run.
+# bench/lib.sh: what bench/run, bench/cpucost, bench/rebuild,
+# bench/scale, bench/tls, bench/tcp and bench/async share; sourced,
+# never run.
 #
 # It gives a script a private work directory, starts the systems under
 # test on Unix sockets in it, and stops, by PID, exactly the processes it
