@@ -19,7 +19,8 @@
 #     Print the ListenStream= path of a socket unit.
 #   systemd-exec.py activate SOCKET CMD ARGS...
 #     Listen on the Unix socket SOCKET and exec CMD with it as fd 3
-#     (LISTEN_FDS=1, LISTEN_PID: systemd's socket activation).
+#     (LISTEN_FDS=1, LISTEN_PID: systemd's socket activation); with
+#     ACTIVATE_PRELOAD in the environment, CMD gets it as LD_PRELOAD.
 #
 # Only the part of systemd's syntax these units use is understood
 # (systemd.service(5), systemd.exec(5)): a line continued by a
@@ -155,6 +156,10 @@ def main(argv):
         os.set_inheritable(3, True)
         os.environ["LISTEN_FDS"] = "1"
         os.environ["LISTEN_PID"] = str(os.getpid())
+        # A sanitizer runtime for CMD alone (not for python3, whose pyenv
+        # shim is a shell script that LeakSanitizer would report).
+        if os.environ.get("ACTIVATE_PRELOAD"):
+            os.environ["LD_PRELOAD"] = os.environ.pop("ACTIVATE_PRELOAD")
         os.execvp(argv[3], argv[3:])
     else:
         sys.exit("systemd-exec.py: unknown command %s" % cmd)

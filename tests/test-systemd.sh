@@ -86,7 +86,8 @@ start_unit ()
            "${maps[@]}")
   nbdkit_wrapper=("${sx[@]}" activate "$sock")
   if [ "$SANITIZER" != no ] && [ "$unit" = nbdkit-replicate ]; then
-    nbdkit_wrapper=(env "LD_PRELOAD=$(_sanitizer_runtime)" "${nbdkit_wrapper[@]}")
+    nbdkit_wrapper=(env "ACTIVATE_PRELOAD=$(_sanitizer_runtime)"
+                    "${nbdkit_wrapper[@]}")
   fi
   start_nbdkit -P "$tmpdir/$name.pid" "${argv[@]:1}" || return 1
   _server_pid[$name]=$nbdkit_pid
