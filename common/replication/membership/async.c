@@ -302,12 +302,11 @@ free_list (struct aentry *e)
 static void
 drop_list (struct async_leg *aq, struct aentry *e)
 {
-  while (e) {
-    struct aentry *next = e->next;
-    mark_and_release (aq, e);
-    free (e);
-    e = next;
-  }
+  struct aentry *p;
+
+  for (p = e; p; p = p->next)
+    mark_and_release (aq, p);
+  free_list (e);
 }
 
 /* Take the leg out of the receiving legs (see async_enqueue): make it
