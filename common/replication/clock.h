@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The engine's clock, read by every layer: inline, so that it adds no
- * call and no dependency between files.
+/* The engine's clock, read by every layer, and the pauses of the -D
+ * flags for tests: inline, so that they add no call and no dependency
+ * between files.
  */
 
 #ifndef REPLICATE_CLOCK_H
@@ -8,6 +9,8 @@
 
 #include <stdint.h>
 #include <time.h>
+
+#include "nbdkit-calls.h"
 
 /* Clock id's time in nanoseconds. */
 static inline uint64_t
@@ -24,6 +27,20 @@ static inline uint64_t
 now_ns (void)
 {
   return clock_ns (CLOCK_MONOTONIC);
+}
+
+/* Sleep ms milliseconds if a -D replicate.FLAG pause for tests is set,
+ * saying so in the debug log ("WHERE: pausing MS ms WHAT").
+ */
+static inline void
+debug_pause (int ms, const char *where, const char *what, const char *flag)
+{
+  if (ms <= 0)
+    return;
+  nbdkit_debug ("%s: pausing %d ms %s (-D replicate.%s)", where, ms, what,
+                flag);
+  nanosleep (&(struct timespec) {
+      .tv_sec = ms / 1000, .tv_nsec = ms % 1000 * 1000000L }, NULL);
 }
 
 #endif /* REPLICATE_CLOCK_H */

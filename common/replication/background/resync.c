@@ -293,20 +293,6 @@ clear_copied (struct resync *rs, const struct run *runs, size_t nr)
     bitmap_clear_range (rs->bm, runs[i].first, runs[i].last);
 }
 
-/* Sleep ms milliseconds if a -D replicate.FLAG pause for tests is set,
- * saying so in the debug log ("WHERE: pausing MS ms WHAT").
- */
-static void
-debug_pause (int ms, const char *where, const char *what, const char *flag)
-{
-  if (ms <= 0)
-    return;
-  nbdkit_debug ("%s: pausing %d ms %s (-D replicate.%s)", where, ms, what,
-                flag);
-  nanosleep (&(struct timespec) {
-      .tv_sec = ms / 1000, .tv_nsec = ms % 1000 * 1000000L }, NULL);
-}
-
 /* Flush the target, then clear the runs that were copied before the
  * flush and write the bitmap.  Returns -1 if the target failed.
  */

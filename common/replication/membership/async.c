@@ -465,13 +465,8 @@ async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
   mark_range (aq, cmd->offset, cmd->count);
   if (dropped && replicate_debug_async_mark_pause > 0) {
     member_wake_monitor (v);
-    nbdkit_debug ("async: pausing %d ms before the pull-ahead is done "
-                  "(-D replicate.async_mark_pause)",
-                  replicate_debug_async_mark_pause);
-    nanosleep (&(struct timespec) {
-        .tv_sec = replicate_debug_async_mark_pause / 1000,
-        .tv_nsec = replicate_debug_async_mark_pause % 1000 * 1000000L },
-      NULL);
+    debug_pause (replicate_debug_async_mark_pause, "async",
+                 "before the pull-ahead is done", "async_mark_pause");
   }
   marking_done (aq);
   if (dropped)
