@@ -24,6 +24,19 @@
  * order.  A write is queued before its client is acknowledged, so a
  * write that causally follows another is never in an earlier epoch.
  *
+ * Sending.  A write's data is copied into a ring (bufring.c, allocated
+ * once: no malloc and no fresh page per write) and its entry taken
+ * from a list of spares.  The sender gathers a batch for up to
+ * GATHER_NS (or WINDOW entries) before taking it, and writers wake it
+ * only when it sleeps with nothing queued (asleep), so a client
+ * writing one request at a time costs one wake-up per GATHER_NS.  A
+ * write's data goes back to the ring once the leg has answered it;
+ * its entry stays, unflushed, until its epoch is flushed.  A sender
+ * holding unflushed writes with nothing more to send flushes them
+ * after IDLE_FLUSH_NS without a marker (wait_for_work_locked): a leg
+ * that stops receiving writes gets no more markers, and a flush inside
+ * an epoch changes nothing the leg holds.
+ *
  * Nothing is lost in a crash.  The activity-log references of a queued
  * write are dropped only after the flush that ends its epoch, so every
  * extent the leg may lack is in the activity log on the synchronous
@@ -92,9 +105,14 @@
 #include "al.h"
 #include "async.h"
 #include "metaio.h"
+#include "bufring.h"
 #include "cleanup.h"
 
 #define WINDOW 64               /* writes in flight per batch */
+#define GATHER_NS 1000000ULL    /* a batch waits this long for more */
+#define IDLE_FLUSH_NS 200000000ULL      /* sent writes wait this long
+                                           for their epoch's marker */
+#define SPARE_MAX 256           /* entries kept for reuse */
 #define ENTRY_COST 64           /* bytes a queued zero or marker counts */
 #define DRAIN_POLL_NS 100000000ULL
 /* -D replicate.async_mark_pause=MS: the writer that pulled an
@@ -117,7 +135,8 @@ struct aentry {
   uint64_t enq_ns;              /* when it was queued */
   uint64_t seq;                 /* its number in the queue */
   bool released;                /* its extents let go early (async_shed) */
-  char data[];                  /* OP_WRITE */
+  char *data;                   /* OP_WRITE until answered: in the ring,
+                                   or from malloc if it had no room */
 };
 
 /* A list of entries. */
@@ -133,6 +152,9 @@ struct async_leg {
   pthread_cond_t work;          /* the sender has something to do */
   pthread_cond_t room;          /* buffer room made, or flushed */
   struct alist queue;           /* queued, not taken by the sender */
+  size_t nr_queued;             /* entries in it */
+  struct aentry *spare;         /* entries to reuse, nr_spare of them */
+  size_t nr_spare;
   struct alist unflushed;       /* answered, their epoch not flushed */
   uint64_t used;                /* buffer bytes (queued and in flight) */
   uint64_t lag_bytes;           /* bytes queued, sent or not, unflushed */
@@ -144,9 +166,12 @@ struct async_leg {
   bool dropping;                /* behind or failed: mark, do not queue */
   unsigned marking;             /* writers marking for a dropping leg */
   bool busy;                    /* the sender has a batch out */
+  bool asleep;                  /* the sender waits for work */
+  bool flush_now;               /* flush without waiting for a marker */
   bool idle_told;               /* the monitor knows it is idle */
   bool stop;
   uint64_t pull_aheads;         /* times it fell behind */
+  struct bufring ring;          /* the data of queued and sent writes */
 
   struct aentry *batch[WINDOW]; /* the sender's batch, on its way */
   size_t nr_batch;
@@ -182,11 +207,125 @@ alist_take (struct alist *q)
   return e;
 }
 
+/* Free a list of entries (their data let go already). */
+static void
+free_list (struct aentry *e)
+{
+  while (e) {
+    struct aentry *next = e->next;
+    assert (e->data == NULL);
+    free (e);
+    e = next;
+  }
+}
+
+/* Take the whole queue.  aq->lock held. */
+static struct aentry *
+queue_take_all_locked (struct async_leg *aq)
+{
+  aq->nr_queued = 0;
+  return alist_take (&aq->queue);
+}
+
+/* Take the queue's first entry.  aq->lock held. */
+static struct aentry *
+queue_pop_locked (struct async_leg *aq)
+{
+  struct aentry *e = aq->queue.head;
+
+  aq->queue.head = e->next;
+  if (aq->queue.head == NULL)
+    aq->queue.tail = NULL;
+  aq->nr_queued--;
+  e->next = NULL;
+  return e;
+}
+
+/* Wake the sender if it waits for work with no deadline (a sender
+ * gathering a batch wakes up on its own: see sender).  aq->lock held.
+ */
+static void
+wake_sender_locked (struct async_leg *aq)
+{
+  if (aq->asleep) {
+    aq->asleep = false;
+    pthread_cond_signal (&aq->work);
+  }
+}
+
+/* An entry, reused if one is spare (none is allocated per write in
+ * the steady state).  aq->lock held.  NULL if out of memory.
+ */
+static struct aentry *
+entry_get_locked (struct async_leg *aq)
+{
+  struct aentry *e = aq->spare;
+
+  if (e == NULL)
+    return malloc (sizeof *e);
+  aq->spare = e->next;
+  aq->nr_spare--;
+  return e;
+}
+
+/* Give back a list of entries (their data let go) for reuse, freeing
+ * what exceeds SPARE_MAX.  aq->lock held.
+ */
+static void
+entries_put_locked (struct async_leg *aq, struct aentry *e)
+{
+  while (e) {
+    struct aentry *next = e->next;
+    assert (e->data == NULL);
+    if (aq->nr_spare < SPARE_MAX) {
+      e->next = aq->spare;
+      aq->spare = e;
+      aq->nr_spare++;
+    }
+    else
+      free (e);
+    e = next;
+  }
+}
+
+/* Buffer bytes a command counts. */
+static uint64_t
+cost_of (enum leg_op op, uint32_t count)
+{
+  return op == OP_WRITE ? count : ENTRY_COST;
+}
+
 /* Buffer bytes an entry counts. */
 static uint64_t
 entry_cost (const struct aentry *e)
 {
-  return e->op == OP_WRITE ? e->count : ENTRY_COST;
+  return cost_of (e->op, e->count);
+}
+
+/* Let an entry's data go (it was answered, or is dropped).  aq->lock
+ * held.
+ */
+static void
+release_data_locked (struct async_leg *aq, struct aentry *e)
+{
+  if (e->data == NULL)
+    return;
+  if (bufring_owns (&aq->ring, e->data))
+    bufring_give_back (&aq->ring, e->data);
+  else
+    free (e->data);
+  e->data = NULL;
+}
+
+/* The ring's size: async-buffer, and room for the blocks' headers
+ * (a 4 KiB write takes 4 KiB and 64 bytes) and for blocks given back
+ * out of order.  A write that finds no room in the ring while the
+ * buffer has room takes its copy from malloc instead.
+ */
+static size_t
+ring_size (const struct volume *v)
+{
+  return v->cfg.async_buffer + v->cfg.async_buffer / 8;
 }
 
 /* Create the queue of an asynchronous leg. */
@@ -194,12 +333,16 @@ struct async_leg *
 async_new (struct volume *v, struct leg *l)
 {
   struct async_leg *aq = calloc (1, sizeof *aq);
+  pthread_condattr_t attr;
   void *buf = NULL;
 
   if (aq == NULL || (aq->reqs = calloc (WINDOW, sizeof *aq->reqs)) == NULL ||
-      posix_memalign (&buf, META_BLOCK, META_BLOCK) != 0) {
-    if (aq)
+      posix_memalign (&buf, META_BLOCK, META_BLOCK) != 0 ||
+      bufring_init (&aq->ring, ring_size (v)) == -1) {
+    if (aq) {
       free (aq->reqs);
+      free (buf);
+    }
     free (aq);
     nbdkit_error ("out of memory");
     return NULL;
@@ -210,7 +353,10 @@ async_new (struct volume *v, struct leg *l)
   aq->dropping = true;          /* until a resync starts it (async_resume) */
   pthread_mutex_init (&aq->lock, NULL);
   pthread_mutex_init (&aq->sb_lock, NULL);
-  pthread_cond_init (&aq->work, NULL);
+  pthread_condattr_init (&attr);
+  pthread_condattr_setclock (&attr, CLOCK_MONOTONIC);   /* as now_ns */
+  pthread_cond_init (&aq->work, &attr);
+  pthread_condattr_destroy (&attr);
   pthread_cond_init (&aq->room, NULL);
   return aq;
 }
@@ -255,6 +401,8 @@ async_free (struct async_leg *aq)
   pthread_cond_destroy (&aq->room);
   free (aq->reqs);
   free (aq->sb_buf);
+  bufring_destroy (&aq->ring);
+  free_list (aq->spare);
   free (aq);
 }
 
@@ -285,17 +433,6 @@ mark_and_release (struct async_leg *aq, struct aentry *e)
   mark_range (aq, e->offset, e->count);
   if (v->al && !e->released)
     al_release (v->al, e->offset, e->count);
-}
-
-/* Free a list of entries. */
-static void
-free_list (struct aentry *e)
-{
-  while (e) {
-    struct aentry *next = e->next;
-    free (e);
-    e = next;
-  }
 }
 
 /* Mark and free a list of entries (see mark_and_release). */
@@ -336,18 +473,23 @@ leave_receiving (struct async_leg *aq, const char *why)
 static struct aentry *
 start_dropping_locked (struct async_leg *aq)
 {
-  struct aentry *e = alist_take (&aq->queue);
+  struct aentry *e = queue_take_all_locked (aq);
   struct aentry *p;
 
   for (p = e; p; p = p->next) {
     aq->used -= entry_cost (p);
     if (p->op != OP_FLUSH)
       aq->lag_bytes -= p->count;
+    release_data_locked (aq, p);
   }
   aq->dropping = true;
   aq->idle_told = false;
   aq->epoch_open = false;
   pthread_cond_broadcast (&aq->room);
+  /* It may hold sent writes unflushed, whose epoch no marker will end
+   * now: it flushes them at once (flush_due_locked).
+   */
+  wake_sender_locked (aq);
   return e;
 }
 
@@ -376,24 +518,18 @@ pull_ahead_locked (struct async_leg *aq)
   return start_dropping_locked (aq);
 }
 
-/* A new entry for a client command (data copied). */
-static struct aentry *
-entry_for (const struct leg_cmd *cmd)
+/* Copy a client write's data into the ring (or, if it has no room,
+ * into memory from malloc), into e.  Returns 0 or -1.  aq->lock held.
+ */
+static int
+copy_data_locked (struct async_leg *aq, struct aentry *e,
+                  const struct leg_cmd *cmd)
 {
-  size_t extra = cmd->op == OP_WRITE ? cmd->count : 0;
-  struct aentry *e = malloc (sizeof *e + extra);
-
-  if (e == NULL)
-    return NULL;
-  e->op = cmd->op;
-  e->count = cmd->count;
-  e->offset = cmd->offset;
-  e->flags = cmd->flags & ENGINE_FLAG_MAY_TRIM;
-  e->enq_ns = now_ns ();
-  e->released = false;
-  if (extra)
-    memcpy (e->data, cmd->buf, extra);
-  return e;
+  e->data = bufring_take (&aq->ring, cmd->count);
+  if (e->data == NULL && (e->data = malloc (cmd->count)) == NULL)
+    return -1;
+  memcpy (e->data, cmd->buf, cmd->count);
+  return 0;
 }
 
 /* Queue an entry.  aq->lock held. */
@@ -409,7 +545,35 @@ queue_locked (struct async_leg *aq, struct aentry *e)
       aq->oldest_unflushed_ns = e->enq_ns;
   }
   alist_push (&aq->queue, e);
-  pthread_cond_signal (&aq->work);
+  aq->nr_queued++;
+  if (aq->nr_queued == WINDOW)
+    pthread_cond_signal (&aq->work);    /* a full batch: go */
+  else
+    wake_sender_locked (aq);
+}
+
+/* Queue a client command: an entry, its data copied, its extents held
+ * once more.  Returns 0, or -1 if out of memory.  aq->lock held.
+ */
+static int
+queue_command_locked (struct async_leg *aq, const struct leg_cmd *cmd)
+{
+  struct aentry *e = entry_get_locked (aq);
+
+  if (e == NULL)
+    return -1;
+  *e = (struct aentry) {
+    .op = cmd->op, .count = cmd->count, .offset = cmd->offset,
+    .flags = cmd->flags & ENGINE_FLAG_MAY_TRIM, .enq_ns = now_ns (),
+  };
+  if (cmd->op == OP_WRITE && copy_data_locked (aq, e, cmd) == -1) {
+    entries_put_locked (aq, e);
+    return -1;
+  }
+  if (aq->v->al)
+    al_hold (aq->v->al, cmd->offset, cmd->count);
+  queue_locked (aq, e);
+  return 0;
 }
 
 /* Queue a client write or zero for an asynchronous leg (see the
@@ -427,23 +591,26 @@ void
 async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
 {
   struct async_leg *aq = l->aq;
-  struct aentry *e = entry_for (cmd), *dropped = NULL;
-  uint64_t cost = cmd->op == OP_WRITE ? cmd->count : ENTRY_COST;
+  struct aentry *dropped = NULL;
+  uint64_t cost = cost_of (cmd->op, cmd->count);
+  bool no_memory = false;
   char name[160];
 
   pthread_mutex_lock (&aq->lock);
   for (;;) {
     if (aq->dropping)
       break;
-    if (e != NULL && !aq->stop &&
+    if (!no_memory && !aq->stop &&
         (aq->used + cost <= v->cfg.async_buffer || aq->used == 0)) {
-      if (v->al)
-        al_hold (v->al, cmd->offset, cmd->count);
-      queue_locked (aq, e);
-      pthread_mutex_unlock (&aq->lock);
-      return;
+      if (queue_command_locked (aq, cmd) == 0) {
+        pthread_mutex_unlock (&aq->lock);
+        return;
+      }
+      no_memory = true;         /* pull ahead */
+      continue;
     }
-    if (e != NULL && !aq->stop && v->cfg.async_full == ASYNC_FULL_BLOCK) {
+    if (!no_memory && !aq->stop &&
+        v->cfg.async_full == ASYNC_FULL_BLOCK) {
       pthread_cond_wait (&aq->room, &aq->lock);
       continue;
     }
@@ -456,7 +623,6 @@ async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
   }
   aq->marking++;
   pthread_mutex_unlock (&aq->lock);
-  free (e);
   if (dropped) {
     nbdkit_debug ("%s: asynchronous buffer full: pulled ahead",
                   leg_name (l, name, sizeof name));
@@ -571,10 +737,9 @@ cut_epoch_locked (struct async_leg *aq)
 {
   struct aentry *e;
 
-  if (!aq->epoch_open || (e = calloc (1, sizeof *e)) == NULL)
+  if (!aq->epoch_open || (e = entry_get_locked (aq)) == NULL)
     return;
-  e->op = OP_FLUSH;
-  e->enq_ns = now_ns ();
+  *e = (struct aentry) { .op = OP_FLUSH, .enq_ns = now_ns () };
   queue_locked (aq, e);
   aq->epoch_open = false;
 }
@@ -619,21 +784,16 @@ take_batch (struct async_leg *aq, bool *marker)
   while (n < WINDOW && aq->queue.head) {
     struct aentry *e = aq->queue.head;
     if (e->op == OP_FLUSH) {
-      aq->queue.head = e->next;
-      if (aq->queue.head == NULL)
-        aq->queue.tail = NULL;
+      queue_pop_locked (aq);
       aq->used -= entry_cost (e);
-      free (e);
+      entries_put_locked (aq, e);
       *marker = true;
       break;
     }
     for (i = 0; i < n; ++i)
       if (overlap (batch[i], e))
         return n;
-    aq->queue.head = e->next;
-    if (aq->queue.head == NULL)
-      aq->queue.tail = NULL;
-    batch[n++] = e;
+    batch[n++] = queue_pop_locked (aq);
     aq->nr_batch = n;
   }
   return n;
@@ -686,6 +846,7 @@ batch_answered_locked (struct async_leg *aq, struct aentry **batch, size_t n)
   for (i = 0; i < n; ++i) {
     struct aentry *e = batch[i];
     aq->used -= entry_cost (e);
+    release_data_locked (aq, e);
     alist_push (&aq->unflushed, e);
   }
   aq->nr_batch = 0;
@@ -698,23 +859,21 @@ batch_answered_locked (struct async_leg *aq, struct aentry **batch, size_t n)
 static void
 epoch_flushed_locked (struct async_leg *aq)
 {
-  struct aentry *e = alist_take (&aq->unflushed), *next;
+  struct aentry *e = alist_take (&aq->unflushed), *p;
   struct volume *v = aq->v;
 
-  for (struct aentry *p = e; p; p = p->next) {
+  for (p = e; p; p = p->next) {
     aq->lag_bytes -= p->count;
     aq->flushed_seq = p->seq;
     aq->newest_flushed_ns = p->enq_ns;
   }
   aq->oldest_unflushed_ns = aq->queue.head ? aq->queue.head->enq_ns : 0;
   pthread_mutex_unlock (&aq->lock);
-  for (; e; e = next) {
-    next = e->next;
-    if (v->al && !e->released)
-      al_release (v->al, e->offset, e->count);
-    free (e);
-  }
+  for (p = e; p; p = p->next)
+    if (v->al && !p->released)
+      al_release (v->al, p->offset, p->count);
   pthread_mutex_lock (&aq->lock);
+  entries_put_locked (aq, e);
   pthread_cond_broadcast (&aq->room);
 }
 
@@ -722,10 +881,9 @@ epoch_flushed_locked (struct async_leg *aq)
  * catch-up).  No I/O to the leg is made under change_lock, which every
  * membership change of the volume needs (a slow or stuck asynchronous
  * leg must not hold those up): the superblock is built under it, then
- * written under aq->sb_lock alone (one superblock write in flight for
- * the leg: claim_target, which writes it under change_lock, runs only
- * while the sender is idle, before the catch-up).  Returns 0 or an
- * errno.
+ * written under aq->sb_lock alone, so that the sender's recovery
+ * points and a resync's superblock writes for the leg (prepare_target,
+ * finish_async) are never in flight together.  Returns 0 or an errno.
  */
 int
 async_write_sb (struct async_leg *aq)
@@ -790,8 +948,10 @@ sender_failed_locked (struct async_leg *aq, struct aentry **batch, size_t n,
   member_fail_leg (aq->v, aq->l, EPOCH_ANY, "asynchronous write failed: %s",
                    strerror (err));
   pthread_mutex_lock (&aq->lock);
-  for (i = 0; i < n; ++i)
+  for (i = 0; i < n; ++i) {
     aq->used -= entry_cost (batch[i]);
+    release_data_locked (aq, batch[i]);
+  }
   aq->nr_batch = 0;
   dropped = aq->dropping ? NULL : start_dropping_locked (aq);
   aq->dropping = true;
@@ -820,7 +980,61 @@ static bool
 flush_due_locked (struct async_leg *aq, bool marker)
 {
   return aq->unflushed.head != NULL &&
-    (marker || (aq->dropping && aq->queue.head == NULL));
+    (marker || aq->flush_now || (aq->dropping && aq->queue.head == NULL));
+}
+
+/* Wait for work.  A sender holding sent writes unflushed waits at
+ * most IDLE_FLUSH_NS, then flushes them (flush_now) though no marker
+ * came: a leg that stopped receiving writes (nbdrep fail, a failure
+ * elsewhere) gets no more markers, and until they are flushed it is
+ * not idle, so its catch-up could never start.  A flush between two
+ * markers changes nothing the leg holds, it only makes it durable
+ * sooner.  aq->lock held.
+ */
+static void
+wait_for_work_locked (struct async_leg *aq)
+{
+  uint64_t until = now_ns () + IDLE_FLUSH_NS;
+  struct timespec ts = {
+    .tv_sec = (time_t) (until / 1000000000ULL),
+    .tv_nsec = (long) (until % 1000000000ULL),
+  };
+
+  aq->asleep = true;
+  if (aq->unflushed.head == NULL)
+    pthread_cond_wait (&aq->work, &aq->lock);
+  else if (pthread_cond_timedwait (&aq->work, &aq->lock, &ts) == ETIMEDOUT &&
+           aq->queue.head == NULL)
+    aq->flush_now = true;
+  aq->asleep = false;
+}
+
+/* Should the sender wait for more before it takes a batch: fewer than
+ * WINDOW entries are queued, the oldest for less than GATHER_NS?  A
+ * client writing one request at a time then costs the sender one
+ * wake-up and one batch per GATHER_NS, not one per write, and its
+ * writers do not wake the sender (wake_sender_locked).  aq->lock held.
+ */
+static bool
+gathering_locked (const struct async_leg *aq)
+{
+  return aq->queue.head != NULL && !aq->dropping && !aq->stop &&
+    aq->nr_queued < WINDOW && now_ns () < aq->queue.head->enq_ns + GATHER_NS;
+}
+
+/* Wait until the oldest queued entry is GATHER_NS old, or a batch is
+ * full, or the sender is stopped or woken.  aq->lock held.
+ */
+static void
+gather_locked (struct async_leg *aq)
+{
+  uint64_t until = aq->queue.head->enq_ns + GATHER_NS;
+  struct timespec ts = {
+    .tv_sec = (time_t) (until / 1000000000ULL),
+    .tv_nsec = (long) (until % 1000000000ULL),
+  };
+
+  pthread_cond_timedwait (&aq->work, &aq->lock, &ts);
 }
 
 /* The sender thread (see the design note). */
@@ -836,6 +1050,10 @@ sender (void *arg)
     size_t n;
     int err = 0;
 
+    if (gathering_locked (aq)) {
+      gather_locked (aq);
+      continue;
+    }
     n = take_batch (aq, &marker);
     if (n == 0 && !flush_due_locked (aq, marker)) {
       if (aq->dropping && aq->unflushed.head == NULL && !aq->idle_told) {
@@ -849,7 +1067,7 @@ sender (void *arg)
         continue;
       }
       if (!marker)
-        pthread_cond_wait (&aq->work, &aq->lock);
+        wait_for_work_locked (aq);
       continue;
     }
     aq->busy = true;
@@ -860,6 +1078,7 @@ sender (void *arg)
     if (err == 0)
       batch_answered_locked (aq, batch, n);
     if (err == 0 && flush_due_locked (aq, marker)) {
+      aq->flush_now = false;
       pthread_mutex_unlock (&aq->lock);
       err = flush_leg (aq);
       pthread_mutex_lock (&aq->lock);
@@ -903,6 +1122,7 @@ void
 async_stop (struct async_leg *aq, double timeout)
 {
   uint64_t deadline = now_ns () + (uint64_t) (timeout * 1e9);
+  struct aentry *e, *queued, *unflushed;
 
   if (!aq->running)
     return;
@@ -927,8 +1147,14 @@ async_stop (struct async_leg *aq, double timeout)
   /* Not flushed: their extents stay hot (never released), so the log
    * still names them when the engine stops.
    */
-  free_list (alist_take (&aq->queue));
-  free_list (alist_take (&aq->unflushed));
+  pthread_mutex_lock (&aq->lock);
+  for (e = aq->queue.head; e; e = e->next)
+    release_data_locked (aq, e);
+  queued = queue_take_all_locked (aq);
+  unflushed = alist_take (&aq->unflushed);
+  pthread_mutex_unlock (&aq->lock);
+  free_list (queued);
+  free_list (unflushed);
 }
 
 /* The leg receives writes again (a resync of its bitmap starts):
