@@ -271,6 +271,15 @@ struct volume {
   struct bitmap *bitmaps[MAX_LEGS];
   pthread_mutex_t bm_write_lock;   /* one bitmap page write at a time */
   uint64_t *bm_seq[MAX_LEGS];      /* per page record seq (bm_write_lock) */
+  /* Slots whose bm_gen in v->sb (the one pages are written under) is
+   * not recorded yet (metaio_defer_bm_gen): superblocks record
+   * bm_gen_recorded[s] until every page of the slot is written under
+   * the new one.  The mask is atomic (bits cleared under bm_write_lock
+   * or change_lock); bm_gen_recorded under both locks to write,
+   * change_lock to read.
+   */
+  _Atomic uint16_t bm_gen_pending;
+  struct gen bm_gen_recorded[MAX_LEGS];
 
   struct rangelock *rl;
   struct al *al;                /* NULL when metadata=none */

@@ -20,7 +20,11 @@
  *
  * Order of events:
  *   1. the target is marked inconsistent (its superblock), gets a slot
- *      if it has none, and for a full resync its bitmap is all set;
+ *      if it has none, and for a full resync its bitmap is all set and,
+ *      once its superblock holds the generation it is to count from,
+ *      its slot's bm_gen is that generation; the bitmap is written
+ *      (every page, under the new bm_gen) before any superblock records
+ *      it (metaio_defer_bm_gen), then the generation is bumped;
  *   2. it starts receiving client writes (membership published, which
  *      waits until every write that did not go to it has marked its
  *      bitmap);
@@ -92,6 +96,14 @@ int replicate_debug_checkpoint_pause = 0;   /* exported by the .syms */
  * syncing legs too).  For tests only (test-safety-join-bitmap.sh).
  */
 int replicate_debug_finish_pause = 0;       /* exported by the .syms */
+
+/* -D replicate.claim_pause=MS: a full resync waits MS milliseconds
+ * between giving its target's slot a new bm_gen and writing the slot's
+ * bitmap pages under it, the window in which another superblock write
+ * (a generation bump) must not record that bm_gen (metaio.c).  For
+ * tests only (test-safety-bmgen.sh).
+ */
+int replicate_debug_claim_pause = 0;        /* exported by the .syms */
 #define BUSY_NS (250000000ULL)
 
 /* A run copied but not yet flushed on the target. */
@@ -581,8 +593,10 @@ assign_slot (struct volume *v, struct leg *l)
   return 0;
 }
 
-/* Step 1a (change_lock held): a slot, the bitmap, the bm_gen, and the
- * inconsistent flag on the target itself.
+/* Step 1a (change_lock held): a slot, the bitmap, and the inconsistent
+ * flag on the target itself, with the generation its slot's bitmap is
+ * to count from for a full resync (the new bm_gen, set by
+ * new_bm_gen once the target holds it).
  */
 static int
 claim_target (struct resync *rs)
@@ -606,7 +620,6 @@ claim_target (struct resync *rs)
     return 0;
   if (rs->full) {
     l->gen = v->sb.gen;
-    metaio_set_bm_gen (v, (unsigned) l->slot, l->gen);
     /* Atomic: write_bitmaps reads the flags without change_lock. */
     __atomic_fetch_and (&v->sb.slots[l->slot].flags,
                         ~(uint32_t) SLOT_MEMBER, __ATOMIC_RELAXED);
@@ -622,8 +635,27 @@ claim_target (struct resync *rs)
   return 0;
 }
 
-/* Step 1: claim the target, then record its slot, bm_gen and bitmap
- * on the uptodate legs (a generation bump).
+/* Step 1b of a full resync, once the target's superblock holds l->gen
+ * (inconsistent): its slot's bitmap counts from l->gen.  Not before:
+ * pages written under the new bm_gen read as empty under the old one,
+ * which the target would still hold.  The change is recorded in
+ * superblocks only once every page is written under it (metaio.c):
+ * until then the target, holding a generation its slot's recorded
+ * bm_gen is not, is rebuilt fully after a crash.
+ */
+static void
+new_bm_gen (struct resync *rs)
+{
+  struct volume *v = rs->v;
+  struct leg *l = rs->target;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
+
+  metaio_defer_bm_gen (v, (unsigned) l->slot, l->gen);
+}
+
+/* Step 1: claim the target, give its slot a new bm_gen (full), write
+ * its bitmap, then record its slot, bm_gen and bitmap on the uptodate
+ * legs (a generation bump).
  */
 static int
 prepare_target (struct resync *rs)
@@ -639,6 +671,11 @@ prepare_target (struct resync *rs)
   if (rs->target->async && async_write_sb (rs->target->aq) != 0) {
     leg_set_error (rs->target, "cannot mark the leg inconsistent");
     return -1;
+  }
+  if (rs->full) {
+    new_bm_gen (rs);
+    debug_pause (replicate_debug_claim_pause, "resync claim",
+                 "before writing the target's bitmap", "claim_pause");
   }
   if (metaio_persist_bitmaps (v) == -1)
     return -1;

@@ -21,7 +21,30 @@
  * The last uptodate leg's failure is not recorded at all.
  *
  * Changing a slot's bm_gen rewrites every page of its bitmap
- * (metaio_set_bm_gen).  Dirty pages go to every leg receiving writes,
+ * (metaio_set_bm_gen).  A page on disk under another bm_gen than the
+ * one a superblock records reads as empty, so while pages are being
+ * rewritten some of them read as empty whichever of the two the
+ * superblock holds.  That is harmless only while the leg owning the
+ * slot holds neither (it is then rebuilt fully at the next start:
+ * election.c, rule 5), or while the activity log covers every bit the
+ * old pages do not hold.  Hence the invariant: a superblock records a
+ * slot's bm_gen G only if every page of the slot's bitmap was written
+ * under G to every leg receiving writes, or the bits those pages lack
+ * are all in the activity log.  A failing member's new bm_gen
+ * (metaio_record_absent: its pages held no bits, what it misses from
+ * now on is in the log until the pages are written) and start-up's
+ * (pages written before the bump) are recorded at once.  A full
+ * resync's target gets its new bm_gen only once its own superblock
+ * holds that generation (marked inconsistent), and the change is
+ * deferred (metaio_defer_bm_gen): until a bitmap write
+ * (metaio_persist_bitmaps) has written every page of the slot under
+ * the new bm_gen to every leg receiving writes, every superblock
+ * written, by whichever writer (a bump for another leg's failure, an
+ * nbdrep command, an asynchronous leg's own), records the old one;
+ * the target, holding the new one, is then rebuilt fully after a
+ * crash, never resumed from pages that read as empty.
+ *
+ * Dirty pages go to every leg receiving writes,
  * syncing legs included, so a leg that got them all once misses none.
  * A joining leg's activity-log seq is read from its disk first
  * (metaio_learn_al_seq), so the logs we write it are its newest.
@@ -261,7 +284,14 @@ keep_older_history (struct superblock *sb)
 static void
 sb_for_leg (struct volume *v, struct leg *l, struct superblock *sb)
 {
+  uint16_t pending = atomic_load (&v->bm_gen_pending);
+  unsigned s;
+
   *sb = v->sb;
+  /* A deferred bm_gen is not recorded before its pages are written. */
+  for (s = 0; s < MAX_LEGS; ++s)
+    if (pending & (1u << s))
+      sb->slots[s].bm_gen = v->bm_gen_recorded[s];
   memcpy (sb->leg_uuid, l->uuid, 16);
   sb->slot = (uint32_t) l->slot;
   sb->seq = l->sb_seq + 1;
@@ -336,12 +366,32 @@ metaio_write_sb (struct volume *v, uint16_t legs, int *errs)
 
 /* Start slot s's bitmap counting from generation g (see metaio.h):
  * every page is rewritten, also those whose bits do not change, since
- * a page on disk under another bm_gen reads as empty.
+ * a page on disk under another bm_gen reads as empty.  Recorded by the
+ * next superblock write (a deferred change is dropped).
  */
 void
 metaio_set_bm_gen (struct volume *v, unsigned s, struct gen g)
 {
   v->sb.slots[s].bm_gen = g;
+  atomic_fetch_and (&v->bm_gen_pending, (uint16_t) ~(1u << s));
+  if (volume_bitmap (v, s) != NULL)
+    bitmap_mark_all_dirty (volume_bitmap (v, s));
+}
+
+/* Start slot s's bitmap counting from generation g, recorded in
+ * superblocks only once every page is written under it (see the design
+ * note and metaio.h).  change_lock held.
+ */
+void
+metaio_defer_bm_gen (struct volume *v, unsigned s, struct gen g)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->bm_write_lock);
+
+  /* A change still deferred leaves the recorded bm_gen as it is. */
+  if (!(atomic_load (&v->bm_gen_pending) & (1u << s)))
+    v->bm_gen_recorded[s] = v->sb.slots[s].bm_gen;
+  v->sb.slots[s].bm_gen = g;
+  atomic_fetch_or (&v->bm_gen_pending, (uint16_t) (1u << s));
   if (volume_bitmap (v, s) != NULL)
     bitmap_mark_all_dirty (volume_bitmap (v, s));
 }
@@ -594,30 +644,45 @@ write_pages (struct volume *v, uint16_t legs, size_t n,
 }
 
 /* Write pages of slots with bitmaps to legs: only the dirty ones, or
- * all.  Returns the legs that failed.
+ * all; every page of a slot whose bm_gen change is deferred.  With
+ * persist_m (metaio_persist_bitmaps) the legs are those receiving
+ * writes, looked at under bm_write_lock (their membership word in
+ * *persist_m): a leg joining later got every page under the new bm_gen
+ * (metaio_write_all_bitmaps, which waits for this lock) or was among
+ * them; if every write succeeded, the deferred changes are recorded
+ * from now on (a slot with no pages to write, unassigned or without a
+ * bitmap, has nothing to wait for).  Returns the legs that failed.
  */
 static uint16_t
-write_bitmaps (struct volume *v, uint16_t legs, bool all)
+write_bitmaps (struct volume *v, uint16_t legs, bool all, uint64_t *persist_m)
 {
   CLEANUP_FREE uint8_t *bufs = alloc_block (PAGES_IN_FLIGHT * META_BLOCK);
   unsigned slots[PAGES_IN_FLIGHT];
   uint64_t pages[PAGES_IN_FLIGHT];
-  uint16_t failed = 0;
+  uint16_t failed = 0, pending;
   size_t n = 0;
   unsigned s;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->bm_write_lock);
 
+  if (persist_m) {
+    *persist_m = membership_load (v);
+    legs = volume_sync_legs (v, MB_WRITING (*persist_m));
+  }
   if (bufs == NULL)
     return legs;
+  /* Deferred changes are made under this lock: none starts meanwhile. */
+  pending = atomic_load (&v->bm_gen_pending);
   for (s = 0; s < MAX_LEGS; ++s) {
+    bool every = all || (pending & (1u << s));
     uint64_t p;
     if (volume_bitmap (v, s) == NULL ||
         !(__atomic_load_n (&v->sb.slots[s].flags, __ATOMIC_RELAXED) &
           SLOT_ASSIGNED))
       continue;
-    for (p = all ? 0 : bitmap_next_dirty_page (volume_bitmap (v, s), 0);
+    for (p = every ? 0 : bitmap_next_dirty_page (volume_bitmap (v, s), 0);
          p < v->layout.bm_pages;
-         p = all ? p + 1 : bitmap_next_dirty_page (volume_bitmap (v, s), p + 1)) {
+         p = every ? p + 1
+                   : bitmap_next_dirty_page (volume_bitmap (v, s), p + 1)) {
       slots[n] = s;
       pages[n] = p;
       if (++n == PAGES_IN_FLIGHT) {
@@ -628,6 +693,8 @@ write_bitmaps (struct volume *v, uint16_t legs, bool all)
   }
   if (n > 0)
     failed |= write_pages (v, legs & ~failed, n, slots, pages, bufs);
+  if (persist_m && failed == 0 && (MB_UPTODATE (*persist_m) & legs) != 0)
+    atomic_fetch_and (&v->bm_gen_pending, (uint16_t) ~pending);
   return failed;
 }
 
@@ -641,13 +708,13 @@ write_bitmaps (struct volume *v, uint16_t legs, bool all)
 int
 metaio_persist_bitmaps (struct volume *v)
 {
-  uint64_t m = membership_load (v);
+  uint64_t m;
   uint16_t failed;
   unsigned i;
 
   if (!v->metadata)
     return 0;
-  failed = write_bitmaps (v, volume_sync_legs (v, MB_WRITING (m)), false);
+  failed = write_bitmaps (v, 0, false, &m);
   for (i = 0; i < v->nr_legs; ++i)
     if (failed & (1u << i))
       member_fail_leg (v, &v->legs[i], EPOCH_ANY, "bitmap write failed");
@@ -658,5 +725,5 @@ metaio_persist_bitmaps (struct volume *v)
 uint16_t
 metaio_write_all_bitmaps (struct volume *v, uint16_t legs)
 {
-  return write_bitmaps (v, legs, true);
+  return write_bitmaps (v, legs, true, NULL);
 }

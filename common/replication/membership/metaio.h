@@ -63,6 +63,15 @@ extern int metaio_bump (struct volume *v);
  */
 extern void metaio_set_bm_gen (struct volume *v, unsigned s, struct gen g);
 
+/* Make slot s's bitmap count from generation g as metaio_set_bm_gen
+ * does, but leave the old bm_gen in every superblock written until a
+ * bitmap write (metaio_persist_bitmaps) has written every page of the
+ * slot under g to every leg receiving writes (a full resync's target,
+ * whose own superblock already holds g).  change_lock held; takes
+ * bm_write_lock.
+ */
+extern void metaio_defer_bm_gen (struct volume *v, unsigned s, struct gen g);
+
 /* Record that leg l no longer receives writes (change_lock held): the
  * hot extents into its bitmap (a write there may be torn or lost on it,
  * unless it completed every write and was flushed since: `flushed`),
@@ -80,8 +89,10 @@ extern void metaio_record_failure (struct volume *v, struct leg *l,
                                  bool was_uptodate);
 
 /* Write the dirty bitmap pages of every slot with a bitmap to every
- * leg receiving writes (legs that fail are failed).  Returns 0, or -1
- * if no uptodate leg took them.
+ * leg receiving writes (legs that fail are failed), every page of a
+ * slot whose bm_gen change is deferred; once all are written the change
+ * is recorded by the next superblock write.  Returns 0, or -1 if no
+ * uptodate leg took them.
  */
 extern int metaio_persist_bitmaps (struct volume *v);
 
