@@ -13,7 +13,7 @@
 # activity log fills up (async_shed) does the same.  No more epoch
 # marker is queued for a leg that receives no writes, so unless the
 # sender flushes what it holds on its own, it never becomes idle
-# (async_idle) and the leg's resync, which waits for that, never
+# (async_may_catch_up) and the leg's resync, which waits for that, never
 # starts: the leg stays failed for good.
 #
 # The fail comes 50 ms after the write's answer, before the sender

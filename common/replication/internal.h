@@ -231,8 +231,11 @@ struct volume {
 
   /* Changeable at run time (nbdrep set). */
   _Atomic uint64_t resync_rate, resync_min_rate, verify_rate;
-  /* Client requests so far (resync yields while this moves). */
-  _Atomic uint64_t client_requests;
+  /* Client requests so far (resync yields while this moves), and the
+   * bytes of client writes (an asynchronous leg catches up only when
+   * it keeps pace with them: async.c).
+   */
+  _Atomic uint64_t client_requests, client_write_bytes;
 
   /* Membership (see MB_*).  Stored under v->lock, by member.c only. */
   _Atomic uint64_t membership;

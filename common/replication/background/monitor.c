@@ -453,10 +453,11 @@ next_action (struct volume *v, struct leg *l, uint64_t now)
     return now >= l->next_attempt_ns ? A_RECONNECT : A_NONE;
   case LEG_STALE:
     /* An asynchronous leg catches up only once nothing it was sent
-     * before it fell behind is still on its way (async.c).
+     * before it fell behind is still on its way, and only while it
+     * keeps pace with the volume's writes (async.c).
      */
     return MB_UPTODATE (membership_load (v)) && !l->held &&
-      (l->aq == NULL || async_idle (l->aq)) ? A_RESYNC : A_NONE;
+      (l->aq == NULL || async_may_catch_up (l->aq)) ? A_RESYNC : A_NONE;
   default:
     return A_NONE;
   }

@@ -152,6 +152,9 @@ write_request (struct volume *v, struct leg_cmd *cmd, int *err)
   int e;
 
   atomic_fetch_add_explicit (&v->client_requests, 1, memory_order_relaxed);
+  if (cmd->op == OP_WRITE)
+    atomic_fetch_add_explicit (&v->client_write_bytes, cmd->count,
+                               memory_order_relaxed);
   for (;;) {
     uint64_t boundary = (cmd->offset / piece + 1) * piece;
 

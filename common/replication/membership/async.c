@@ -51,7 +51,8 @@
  *     dropped, each dropped write's range marked in the slot's bitmap
  *     before its activity-log references go; the leg becomes stale (so
  *     every later write marks the bitmap instead), and once the writes
- *     already sent have been answered and flushed (async_idle) the
+ *     already sent have been answered and flushed, and the leg keeps
+ *     pace with the volume's writes again (async_may_catch_up), the
  *     monitor starts a resync of the bitmap: catching up.  While
  *     catching up the leg is not consistent (its superblock says
  *     inconsistent, and a failover refuses it); the resync's end waits
@@ -72,7 +73,7 @@
  * count themselves in `marking` while they mark; and the catch-up
  * clears `dropping` (async_resume, before its resync makes the leg
  * syncing) only once `marking` is 0, and starts only once the sender
- * is idle with no marking under way (async_idle).  So a stale leg is
+ * is idle with no marking under way (async_may_catch_up).  So a stale leg is
  * always dropping (the sender flushes what it sent and goes idle), and
  * a syncing one never has a bit set for it but by the data path's
  * membership rule.
@@ -112,7 +113,11 @@
 #define GATHER_NS 1000000ULL    /* a batch waits this long for more */
 #define IDLE_FLUSH_NS 200000000ULL      /* sent writes wait this long
                                            for their epoch's marker */
-#define SPARE_MAX 256           /* entries kept for reuse */
+#define PACE_WINDOW_NS 1000000000ULL    /* the volume's write rate is
+                                           measured over this long */
+#define SPARES_PER_MIB 1024     /* entries kept for reuse per MiB of
+                                   async-buffer (an entry lives until its
+                                   epoch is flushed: up to 2 s of writes) */
 #define ENTRY_COST 64           /* bytes a queued zero or marker counts */
 #define DRAIN_POLL_NS 100000000ULL
 /* -D replicate.async_mark_pause=MS: the writer that pulled an
@@ -154,7 +159,7 @@ struct async_leg {
   struct alist queue;           /* queued, not taken by the sender */
   size_t nr_queued;             /* entries in it */
   struct aentry *spare;         /* entries to reuse, nr_spare of them */
-  size_t nr_spare;
+  size_t nr_spare, max_spare;
   struct alist unflushed;       /* answered, their epoch not flushed */
   uint64_t used;                /* buffer bytes (queued and in flight) */
   uint64_t lag_bytes;           /* bytes queued, sent or not, unflushed */
@@ -171,6 +176,12 @@ struct async_leg {
   bool idle_told;               /* the monitor knows it is idle */
   bool stop;
   uint64_t pull_aheads;         /* times it fell behind */
+  uint64_t pace_bytes;          /* v->client_write_bytes at pace_ns */
+  uint64_t pace_ns;             /* start of the rate's window, or 0 */
+  uint64_t client_rate;         /* bytes/s clients wrote, last window */
+  bool pace_known;              /* client_rate is of the last window */
+  uint64_t leg_rate;            /* bytes/s the leg took when it was the
+                                   bottleneck (see keeps_pace_locked) */
   struct bufring ring;          /* the data of queued and sent writes */
 
   struct aentry *batch[WINDOW]; /* the sender's batch, on its way */
@@ -269,7 +280,7 @@ entry_get_locked (struct async_leg *aq)
 }
 
 /* Give back a list of entries (their data let go) for reuse, freeing
- * what exceeds SPARE_MAX.  aq->lock held.
+ * what exceeds the spares' bound.  aq->lock held.
  */
 static void
 entries_put_locked (struct async_leg *aq, struct aentry *e)
@@ -277,7 +288,7 @@ entries_put_locked (struct async_leg *aq, struct aentry *e)
   while (e) {
     struct aentry *next = e->next;
     assert (e->data == NULL);
-    if (aq->nr_spare < SPARE_MAX) {
+    if (aq->nr_spare < aq->max_spare) {
       e->next = aq->spare;
       aq->spare = e;
       aq->nr_spare++;
@@ -348,6 +359,7 @@ async_new (struct volume *v, struct leg *l)
     return NULL;
   }
   aq->sb_buf = buf;
+  aq->max_spare = v->cfg.async_buffer / (1024 * 1024) * SPARES_PER_MIB;
   aq->v = v;
   aq->l = l;
   aq->dropping = true;          /* until a resync starts it (async_resume) */
@@ -694,7 +706,7 @@ holds_extents (struct async_leg *aq)
  * queue is dropped as in a pull-ahead, and the writes it was sent but
  * has not flushed are marked in its bitmap and their extents released
  * now (their answers are still awaited: the catch-up waits for them,
- * async_idle).  Called by the cooler before it cools, so that the
+ * async_may_catch_up).  Called by the cooler before it cools, so that the
  * bitmap pages are written before those extents leave the log.  No
  * lock held.
  */
@@ -1009,6 +1021,27 @@ wait_for_work_locked (struct async_leg *aq)
   aq->asleep = false;
 }
 
+/* A batch sent while more was queued behind it, or while the buffer
+ * was half full or more (the leg, not the volume, was the bottleneck)
+ * tells how fast the leg takes writes: an average of such batches'
+ * bytes per second (keeps_pace_locked).  aq->lock held.
+ */
+static void
+measure_leg_rate_locked (struct async_leg *aq, struct aentry **batch,
+                         size_t n, uint64_t ns)
+{
+  uint64_t bytes = 0, rate;
+  size_t i;
+
+  for (i = 0; i < n; ++i)
+    if (batch[i]->op == OP_WRITE)
+      bytes += batch[i]->count;
+  if (bytes == 0 || ns == 0)
+    return;
+  rate = bytes * 1000000000ULL / ns;
+  aq->leg_rate = aq->leg_rate ? (aq->leg_rate * 7 + rate) / 8 : rate;
+}
+
 /* Should the sender wait for more before it takes a batch: fewer than
  * WINDOW entries are queued, the oldest for less than GATHER_NS?  A
  * client writing one request at a time then costs the sender one
@@ -1046,7 +1079,8 @@ sender (void *arg)
 
   pthread_mutex_lock (&aq->lock);
   while (!aq->stop) {
-    bool marker;
+    bool marker, backed_up;
+    uint64_t sent_ns;
     size_t n;
     int err = 0;
 
@@ -1071,10 +1105,15 @@ sender (void *arg)
       continue;
     }
     aq->busy = true;
+    backed_up = aq->queue.head != NULL ||
+      aq->used >= aq->v->cfg.async_buffer / 2;
     pthread_mutex_unlock (&aq->lock);
+    sent_ns = now_ns ();
     if (n > 0)
       err = send_batch (aq, batch, n);
     pthread_mutex_lock (&aq->lock);
+    if (err == 0 && backed_up)
+      measure_leg_rate_locked (aq, batch, n, now_ns () - sent_ns);
     if (err == 0)
       batch_answered_locked (aq, batch, n);
     if (err == 0 && flush_due_locked (aq, marker)) {
@@ -1181,15 +1220,52 @@ async_caught_up (struct async_leg *aq)
     aq->behind_since_ns = 0;
 }
 
-/* Has the sender nothing in flight and nothing unflushed (a catch-up
- * may start: its resync must not race a write still on its way)?
+/* Does the leg keep pace with the volume's writes: clients wrote, over
+ * the last PACE_WINDOW_NS or more, at most three quarters of what the
+ * leg took when it was the bottleneck (the rest is for the catch-up's
+ * own copying)?  Yes if the leg was never seen to be the bottleneck.
+ * A leg that does not would fill its buffer again at once and fall
+ * behind again, each time at the cost of a catch-up started for
+ * nothing: it stays behind instead, its lag growing, until the volume
+ * writes less.  aq->lock held.
+ */
+static bool
+keeps_pace_locked (struct async_leg *aq)
+{
+  uint64_t now = now_ns ();
+  uint64_t bytes = atomic_load_explicit (&aq->v->client_write_bytes,
+                                         memory_order_relaxed);
+
+  if (aq->pace_ns == 0 || now - aq->pace_ns >= 2 * PACE_WINDOW_NS) {
+    /* No window just ended (the monitor looks every 200 ms while the
+     * leg is behind): start one, the rate unknown until it ends.
+     */
+    aq->pace_known = false;
+    aq->pace_ns = now;
+    aq->pace_bytes = bytes;
+  }
+  else if (now - aq->pace_ns >= PACE_WINDOW_NS) {
+    aq->client_rate = (uint64_t) ((double) (bytes - aq->pace_bytes) * 1e9 /
+                                  (double) (now - aq->pace_ns));
+    aq->pace_known = true;
+    aq->pace_ns = now;
+    aq->pace_bytes = bytes;
+  }
+  if (aq->leg_rate == 0)
+    return true;
+  return aq->pace_known && aq->client_rate * 4 <= aq->leg_rate * 3;
+}
+
+/* May the leg catch up now?  The sender has nothing in flight and
+ * nothing unflushed (the catch-up's resync must not race a write still
+ * on its way), and the leg keeps pace with the volume's writes.
  */
 bool
-async_idle (struct async_leg *aq)
+async_may_catch_up (struct async_leg *aq)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
   return aq->queue.head == NULL && aq->unflushed.head == NULL &&
-    !aq->busy && aq->marking == 0;
+    !aq->busy && aq->marking == 0 && keeps_pace_locked (aq);
 }
 
 /* Wait until every entry queued so far is flushed on the leg.  Returns

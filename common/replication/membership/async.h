@@ -54,8 +54,10 @@ extern void async_resume (struct async_leg *aq);
  * fall behind meanwhile).
  */
 extern void async_caught_up (struct async_leg *aq);
-/* Nothing queued, in flight or unflushed? */
-extern bool async_idle (struct async_leg *aq);
+/* May a catch-up start: nothing queued, in flight or unflushed, and
+ * the leg keeps pace with the volume's writes?
+ */
+extern bool async_may_catch_up (struct async_leg *aq);
 /* Wait until everything queued so far is flushed on the leg.  Returns
  * 0, or -1 if the leg dropped out.
  */
