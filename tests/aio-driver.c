@@ -470,11 +470,13 @@ run (const char *progress, const char *stopfile)
   report_progress (progress);
 }
 
-/* Wait until every leg is uptodate again (resyncs done). */
+/* Wait until every synchronous leg is uptodate again (resyncs done;
+ * an asynchronous leg never is).
+ */
 static void
 wait_healthy (void)
 {
-  uint16_t all = (uint16_t) ((1u << vol->nr_legs) - 1);
+  uint16_t all = volume_sync_legs (vol, (uint16_t) ((1u << vol->nr_legs) - 1));
   unsigned tenths;
 
   for (tenths = 0; tenths < 1200; ++tenths) {

@@ -17,7 +17,9 @@
  *   - reads: one uptodate leg, chosen as io.c chooses it;
  *   - writes and zeroes within one piece (io_max_piece), whose range is
  *     free (rangelock_trylock) and whose activity-log extents are hot
- *     already (al_try_acquire);
+ *     already (al_try_acquire), queued for the asynchronous legs too
+ *     (async_enqueue, which never waits unless async-full=block: such
+ *     volumes' writes are refused);
  * on a volume without a local leg (the filter's plugin underneath is
  * called synchronously, so it would block the caller).  Anything else
  * is refused before anything is issued: engine_aio_start returns false
@@ -144,10 +146,13 @@ start_write (struct volume *v, struct engine_aio *a)
   uint64_t piece = io_max_piece (v), m;
   uint16_t ticket, w;
 
-  /* Asynchronous legs are fed by the synchronous path (io.c). */
+  /* Asynchronous legs' queues are fed here too, unless a full queue
+   * would make the writer wait (async-full=block): then io.c does.
+   */
   if (cmd->count == 0 ||
       cmd->offset / piece != (cmd->offset + cmd->count - 1) / piece ||
-      atomic_load_explicit (&v->async_mask, memory_order_relaxed) != 0)
+      (v->cfg.async_full == ASYNC_FULL_BLOCK &&
+       atomic_load_explicit (&v->async_mask, memory_order_relaxed) != 0))
     return false;
   if (rangelock_trylock (v->rl, &a->hold, cmd->offset, cmd->count) != 1)
     return false;
@@ -158,7 +163,7 @@ start_write (struct volume *v, struct engine_aio *a)
   ticket = member_enter_write (v, &m);
   io_mark_absent (v, MB_ABSENT (m), cmd->offset, cmd->count);
   member_leave_write (v, ticket);
-  a->writing = MB_WRITING (m);
+  a->writing = volume_sync_legs (v, MB_WRITING (m));
   a->uptodate = MB_UPTODATE (m);
   if (!judge_is_quorum (v, a->uptodate)) {
     release_write (a);          /* the synchronous path says EIO */
@@ -169,6 +174,10 @@ start_write (struct volume *v, struct engine_aio *a)
   a->r.on_done = write_done;
   for (w = a->writing; w != 0; w &= w - 1)
     ioreq_submit (&a->r, &v->legs[__builtin_ctz (w)], cmd);
+  /* Before the release, which may complete the request and let go of
+   * its range and extents, which the queueing needs held.
+   */
+  io_queue_async (v, MB_WRITING (m) & ~a->writing, cmd);
   ioreq_release (&a->r);
   return true;
 }
