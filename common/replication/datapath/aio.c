@@ -177,7 +177,8 @@ start_write (struct volume *v, struct engine_aio *a)
   /* Before the release, which may complete the request and let go of
    * its range and extents, which the queueing needs held.
    */
-  io_queue_async (v, MB_WRITING (m) & ~a->writing, cmd);
+  a->async = MB_WRITING (m) & ~a->writing;
+  io_queue_async (v, a->async, cmd);
   ioreq_release (&a->r);
   return true;
 }
@@ -227,6 +228,8 @@ finish_write (struct engine_aio *a)
   ioreq_fua_flush (&a->r);
   err = judge_write (a->v, &a->r, a->writing, a->uptodate, "write",
                         &counted);
+  if (err != 0)
+    io_discard_async (a->v, a->async, &a->cmd);
   release_write (a);
   return judge_acknowledge (a->v, err, counted);
 }

@@ -41,7 +41,8 @@ struct engine_aio {
   struct volume *v;
   struct ioreq r;
   struct range_hold hold;
-  uint16_t writing, uptodate;   /* membership seen by a write */
+  uint16_t writing, uptodate;   /* membership seen by a write: the */
+  uint16_t async;               /* synchronous and asynchronous legs */
   unsigned leg;                 /* the leg a read went to */
 };
 

@@ -86,6 +86,19 @@ io_queue_async (struct volume *v, uint16_t async, const struct leg_cmd *cmd)
     async_enqueue (v, &v->legs[__builtin_ctz (async)], cmd);
 }
 
+/* A write queued for the asynchronous legs among the writing ones was
+ * not kept by the volume (the client gets an error): they fall behind
+ * with its range in their bitmaps, so that what they hold there comes
+ * from the volume again (async.c).  The caller holds the range lock and
+ * the activity-log extents.
+ */
+void
+io_discard_async (struct volume *v, uint16_t async, const struct leg_cmd *cmd)
+{
+  for (; async != 0; async &= async - 1)
+    async_discard (v, &v->legs[__builtin_ctz (async)], cmd);
+}
+
 /* Steps 3 to 7 of one piece whose range lock the caller holds (verify
  * repairs under the lock it compared with).  Returns 0 or an errno.
  */
@@ -121,6 +134,8 @@ io_write_locked (struct volume *v, const struct leg_cmd *cmd,
     ioreq_wait_fua (&r);
     err = judge_write (v, &r, writing, uptodate, "write", counted);
     ioreq_destroy (&r);
+    if (err != 0)
+      io_discard_async (v, MB_WRITING (m) & ~writing, cmd);
   }
 
   if (v->al)

@@ -21,6 +21,12 @@ extern int io_write_locked (struct volume *v, const struct leg_cmd *cmd,
  */
 extern void io_queue_async (struct volume *v, uint16_t async,
                             const struct leg_cmd *cmd);
+/* The volume did not keep cmd, queued for the asynchronous legs in
+ * async: they fall behind with its range in their bitmaps (range lock
+ * and extents held).
+ */
+extern void io_discard_async (struct volume *v, uint16_t async,
+                              const struct leg_cmd *cmd);
 /* Largest piece a write-like request is cut into. */
 extern uint64_t io_max_piece (struct volume *v);
 

@@ -78,6 +78,11 @@
  * a syncing one never has a bit set for it but by the data path's
  * membership rule.
  *
+ * A write the volume does not keep (the client gets an error for it,
+ * after it was queued) makes the leg fall behind with its range in the
+ * bitmap (async_discard), so that the catch-up copies the volume's own
+ * data over whatever the leg got.
+ *
  * A leg that fails (an error or a timeout of the sender's requests)
  * goes through member_fail_leg, which ORs the hot extents into its
  * bitmap; the sender then drops what is queued and unflushed the same
@@ -649,6 +654,36 @@ async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
   marking_done (aq);
   if (dropped)
     member_wake_monitor (v);
+}
+
+/* The volume did not keep a write queued for the leg: the client got
+ * an error (every synchronous leg refused it alike, or those that took
+ * it could not be counted).  The leg may hold it or not; the volume
+ * holds whatever its synchronous legs hold there.  The leg falls behind
+ * with the range in its bitmap (as a pull-ahead), so that its catch-up
+ * copies the volume's own data there; the catch-up starts only once
+ * the write, if sent, has been answered and flushed (async_may_catch_
+ * up).  The caller holds the range lock and the range's extents.
+ */
+void
+async_discard (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
+{
+  struct async_leg *aq = l->aq;
+  struct aentry *dropped;
+  char name[160];
+
+  leave_receiving (aq, "a write the volume did not keep");
+  pthread_mutex_lock (&aq->lock);
+  dropped = pull_ahead_locked (aq);
+  aq->marking++;
+  pthread_mutex_unlock (&aq->lock);
+  nbdkit_debug ("%s: the volume did not keep the write at %" PRIu64
+                " (%" PRIu32 " bytes): behind, the range in its bitmap",
+                leg_name (l, name, sizeof name), cmd->offset, cmd->count);
+  drop_list (aq, dropped);
+  mark_range (aq, cmd->offset, cmd->count);
+  marking_done (aq);
+  member_wake_monitor (v);
 }
 
 /* A range whose extents async_shed let go. */
