@@ -76,13 +76,15 @@ judge_sb_locked (struct volume *v, struct leg *l, const struct superblock *sb,
                  char *why, size_t len)
 {
   const struct sb_slot *slot;
+  bool owns_slot;
 
   l->sb_seq = sb->seq;
   l->gen = sb->gen;
   l->inconsistent = (sb->flags & SB_INCONSISTENT) != 0;
   slot = sb->slot < v->sb.max_legs ? &v->sb.slots[sb->slot] : NULL;
-  if (slot && (slot->flags & SLOT_ASSIGNED) &&
-      memcmp (slot->uuid, sb->leg_uuid, 16) == 0) {
+  owns_slot = slot && (slot->flags & SLOT_ASSIGNED) &&
+    memcmp (slot->uuid, sb->leg_uuid, 16) == 0;
+  if (owns_slot) {
     /* Under v->lock, as status reads them. */
     pthread_mutex_lock (&v->lock);
     memcpy (l->uuid, sb->leg_uuid, 16);
@@ -94,7 +96,12 @@ judge_sb_locked (struct volume *v, struct leg *l, const struct superblock *sb,
     if (gen_equal (sb->gen, slot->bm_gen))
       return V_INCREMENTAL;
   }
-  if (l->inconsistent || sb_knows_gen (&v->sb, sb->gen))
+  /* As at start (election.c, rule 5): a leg whose slot is no longer
+   * its own (removed, then added back) is rebuilt fully, whatever its
+   * generation; an asynchronous leg's, which only a full resync
+   * advances, may have left the volume's history while it was a leg.
+   */
+  if (l->inconsistent || !owns_slot || sb_knows_gen (&v->sb, sb->gen))
     return V_FULL;
   snprintf (why, len, "holds generation %" PRIu64 " which this volume "
             "never had (split brain): not used", sb->gen.counter);
