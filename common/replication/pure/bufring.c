@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "bufring.h"
 
@@ -40,18 +41,20 @@ block_at (const struct bufring *r, size_t off)
   return (struct bufring_block *) (r->base + off);
 }
 
-/* Allocate a ring of about size bytes. */
+/* Allocate a ring of about size bytes, its pages faulted in now
+ * (MAP_POPULATE): a queue that fills up for the first time under load
+ * would otherwise take a page fault every page it writes.
+ */
 int
 bufring_init (struct bufring *r, size_t size)
 {
   void *p;
-  int e;
 
   r->size = aligned (size);
   r->head = r->tail = r->used = 0;
-  e = posix_memalign (&p, BUFRING_ALIGN, r->size);
-  if (e != 0) {
-    errno = e;
+  p = mmap (NULL, r->size, PROT_READ | PROT_WRITE,
+            MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED) {
     r->base = NULL;
     return -1;
   }
@@ -63,7 +66,8 @@ bufring_init (struct bufring *r, size_t size)
 void
 bufring_destroy (struct bufring *r)
 {
-  free (r->base);
+  if (r->base)
+    munmap (r->base, r->size);
   r->base = NULL;
 }
 

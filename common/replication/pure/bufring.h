@@ -32,7 +32,9 @@ struct bufring {
   size_t used;                  /* bytes from tail to head */
 };
 
-/* Allocate a ring of about size bytes.  Returns 0 or -1 (errno set). */
+/* Allocate a ring of about size bytes, its memory touched now.  Returns
+ * 0 or -1 (errno set).
+ */
 extern int bufring_init (struct bufring *r, size_t size);
 /* Free the ring (its blocks with it). */
 extern void bufring_destroy (struct bufring *r);
