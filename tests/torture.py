@@ -6,7 +6,7 @@
 #
 # Design note.  Three stock nbdkit replicas (sparse file legs, so kill -9
 # keeps their data; the fault-injection filter in front of each when it
-# is built) and one controller (plugin shape, or TORTURE_SHAPE=filter with
+# is built; a fourth, asynchronous, see below) and one controller (plugin shape, or TORTURE_SHAPE=filter with
 # leg 0 local) run in a private temporary directory.  Writer threads, each
 # with its own NBD connection to the controller, write, zero, trim, flush
 # and read back; every 4 KiB block a write puts down names the write
@@ -45,10 +45,35 @@
 # schedule so far, and per differing range which write each side holds;
 # the tmpdir is kept and the exit status is 1.
 #
+# The asynchronous leg (unless TORTURE_ASYNC=0).  A fourth replica, r3,
+# is an async= leg (DESIGN.md section 14): it takes every write but is
+# never read, never a resync source, never counted, so the model does not
+# speak of it while faults run.  Its configuration is part of the
+# schedule (async_config, a pure function of seed and round):
+# async-buffer (default, 4M or 1M: a small one makes it pull ahead) and
+# async-full (pull-ahead or block) are drawn per three rounds, and a
+# change restarts the controller cleanly (SIGTERM) before the round; the
+# delay filter in front of r3 (delay-write=2ms, so that it falls behind)
+# is drawn per round, and a change restarts r3 (kill -9).  Its own
+# faults come from a random generator of their own (the synchronous
+# legs' schedule of a seed is the same with or without it): kill -9 and
+# restart of r3, fault rules on r3, nbdrep fail/resync, nbdrep remove
+# and add --async (blank or with old data), and kill -9 of the
+# controller while r3 lags (writes queued or unflushed, or behind).
+# After the round, once the synchronous legs are healthy, the campaign
+# waits (within the same TORTURE_HEALTHY_SECS) until r3 is syncing with
+# its async state replicating and consistent, no resync running, then
+# flushes through the controller and waits for lag_bytes and
+# buffer_used 0: it has then flushed every write.  The oracle reads r3's
+# data area straight from its server, and it must be byte-identical to
+# the volume (an "async-differs" violation otherwise).  The leg's states
+# are sampled every second while faults run, for the summary.
+#
 # Environment: TORTURE_SECONDS (600), TORTURE_SEED (random, printed),
 # TORTURE_ROUNDS (no limit), TORTURE_SHAPE (plugin|filter), TORTURE_WRITERS
 # (3), TORTURE_TIMEOUT (controller timeout=, 3), TORTURE_HEALTHY_SECS
-# (120), KEEP_TMPDIR=1; paths: NBDKIT, PLUGIN, FILTER, NBDREP, FAULTINJECT
+# (120), TORTURE_ASYNC (1; 0: no asynchronous leg), KEEP_TMPDIR=1;
+# paths: NBDKIT, PLUGIN, FILTER, NBDREP, FAULTINJECT
 # (optional), SANITIZER and CC (to preload the sanitizer runtime), or
 # abs_top_builddir to derive them.
 
@@ -115,6 +140,7 @@ class Config:
         self.nwriters = env_int('TORTURE_WRITERS', 3)
         self.timeout = env_int('TORTURE_TIMEOUT', 3)
         self.healthy_secs = env_int('TORTURE_HEALTHY_SECS', 120)
+        self.async_leg = os.environ.get('TORTURE_ASYNC', '1') != '0'
         self.keep = os.environ.get('KEEP_TMPDIR', '0') == '1'
         self.preload = None
         if self.sanitizer in ('address', 'thread'):
@@ -497,6 +523,34 @@ ACTION_KINDS = [
 ]
 
 
+# The asynchronous leg's own faults (TORTURE_ASYNC=1): drawn from a
+# random generator of their own, so that the synchronous legs' schedule
+# of a seed is the same with or without it.
+ASYNC_ACTION_KINDS = [
+    ('kill-leg', 4),
+    ('rule', 6),
+    ('remove-add', 2),
+    ('fail-resync', 2),
+    ('kill-controller-behind', 2),
+]
+
+ASYNC = 3                           # the replica (and leg) index of the async leg
+
+
+def async_config(seed, rnd):
+    """The asynchronous leg's configuration for round RND:
+    ((async-buffer or None, async-full), delay-write or None).  The
+    controller's part holds for three rounds at a time (changing it
+    restarts the controller), the delay filter's is drawn per round
+    (changing it restarts the leg's replica)."""
+    rng = random.Random('%d:%d:async-params' % (seed, (rnd - 1) // 3))
+    buf = rng.choice([None, None, '1M', '4M'])
+    full = 'block' if rng.random() < 0.3 else 'pull-ahead'
+    rng = random.Random('%d:%d:async-delay' % (seed, rnd))
+    delay = '2ms' if rng.random() < 0.4 else None
+    return (buf, full), delay
+
+
 def wchoice(rng, items):
     total = sum(i[1] for i in items)
     x = rng.uniform(0, total)
@@ -541,6 +595,14 @@ class Campaign:
         self.exits_fired = {}       # replica -> exit rules fired, not yet seen
         self.nlegs = 3
         self.uris = []
+        self.async_params = None    # (buffer, full) of the running controller
+        self.async_delay = None     # delay-write of replica 3's delay filter
+        self.async_seen = {}        # async state -> samples seen while faults ran
+        self.async_max_lag = 0
+        self.async_max_pull_aheads = 0
+        self.last_sample = 0.0
+        self.async_checked = 0      # rounds whose async leg was compared
+        self.async_status = {'index': None, 'async': None}
 
     # -- bookkeeping --------------------------------------------------------
 
@@ -575,7 +637,11 @@ class Campaign:
                 '-P', self.replicas[i].pidfile]
         if self.cfg.faultinject:
             argv.append('--filter=' + self.cfg.faultinject)
+        if i == ASYNC and self.async_delay:
+            argv.append('--filter=delay')
         argv += ['file', 'file=' + img]
+        if i == ASYNC and self.async_delay:
+            argv.append('delay-write=' + self.async_delay)
         if self.cfg.faultinject:
             argv += ['rules=' + self.rules_path(i), 'log=' + self.fi_log(i)]
         return argv
@@ -601,16 +667,24 @@ class Campaign:
             if c.faultinject:
                 argv += ['rules=' + self.rules_path(0), 'log=' + self.fi_log(0)]
             argv += ['replica=' + self.replicas[i].uri for i in (1, 2)]
+        if c.async_leg:
+            buf, full = self.async_params
+            argv.append('async=' + self.replicas[ASYNC].uri)
+            if buf:
+                argv.append('async-buffer=' + buf)
+            argv.append('async-full=' + full)
         return argv + common
 
     def setup(self):
         c = self.cfg
-        for i in range(3):
+        if c.async_leg:
+            self.async_params, self.async_delay = async_config(c.seed, 1)
+        for i in self.replica_ids():
             r = Server('r%d' % i, self.tmpdir, lambda i=i: self.replica_argv(i))
             self.replicas.append(r)
             self.rules[i] = []
             self.write_rules(i)
-        for i in range(3):
+        for i in self.replica_ids():
             img = os.path.join(self.tmpdir, 'r%d.img' % i)
             with open(img, 'wb') as f:
                 f.truncate(64 * MiB)
@@ -634,6 +708,12 @@ class Campaign:
             raise RuntimeError('the volume did not become healthy at start')
         self.size = st['volume']['size']
         self.uris = [l['uri'] for l in st['legs']]
+        if c.async_leg:
+            # Legs 0-2 (the local leg first in the filter shape), then
+            # the asynchronous one.
+            if len(self.uris) != 4 or self.uris[ASYNC] != self.replicas[ASYNC].uri \
+                    or st['legs'][ASYNC].get('async') is None:
+                raise RuntimeError('the asynchronous leg is not leg 3: %s' % self.uris)
         nblocks = self.size // BLOCK
         self.model = Model(nblocks)
         shared = nblocks // 4
@@ -648,7 +728,12 @@ class Campaign:
 
     def leg_servers(self):
         """Replica indexes that are separate servers."""
-        return range(3) if self.cfg.shape == 'plugin' else (1, 2)
+        legs = [0, 1, 2] if self.cfg.shape == 'plugin' else [1, 2]
+        return legs + [ASYNC] if self.cfg.async_leg else legs
+
+    def replica_ids(self):
+        """Every replica index (rule files, images)."""
+        return range(4) if self.cfg.async_leg else range(3)
 
     def start_controller(self):
         # Started means the engine says so in this launch's log: in the
@@ -731,7 +816,7 @@ class Campaign:
         os.rename(tmp, path)
 
     def clear_rules(self):
-        for i in range(3):
+        for i in self.replica_ids():
             if self.rules[i]:
                 self.rules[i] = []
                 self.write_rules(i)
@@ -739,7 +824,7 @@ class Campaign:
     def count_firings(self):
         if not self.cfg.faultinject:
             return
-        for i in range(3):
+        for i in self.replica_ids():
             path = self.fi_log(i)
             try:
                 with open(path) as f:
@@ -831,8 +916,49 @@ class Campaign:
                 targets = legs if rk[3] else [leg]
                 events.append((t, 'arm', (tuple(targets), line)))
                 events.append((t + rng.uniform(1, 6), 'disarm', (tuple(targets), rid)))
+        if self.cfg.async_leg:
+            events += self.async_schedule(rnd, dur)
         events.sort(key=lambda e: e[0])
         return dur, victims, events
+
+    def async_schedule(self, rnd, dur):
+        """The asynchronous leg's own faults in round RND."""
+        rng = random.Random('%d:%d:async' % (self.cfg.seed, rnd))
+        events = []
+        if rng.random() < 0.2:
+            return events           # only the others' faults this round
+        kinds = ASYNC_ACTION_KINDS if self.cfg.faultinject else \
+            [k for k in ASYNC_ACTION_KINDS if k[0] != 'rule']
+        for k in range(rng.randint(1, 3)):
+            t = rng.uniform(0.5, dur * 0.75)
+            kind = wchoice(rng, kinds)[0]
+            if kind == 'kill-leg':
+                events.append((t, 'kill-leg', ASYNC))
+                events.append((t + rng.uniform(0.3, 5), 'restart-leg', ASYNC))
+            elif kind == 'remove-add':
+                blank = rng.random() < 0.5
+                events.append((t, 'remove', ASYNC))
+                events.append((t + rng.uniform(0.3, 3), 'add-blank' if blank else 'add',
+                               ASYNC))
+            elif kind == 'fail-resync':
+                events.append((t, 'fail', ASYNC))
+                events.append((t + rng.uniform(0.3, 4), 'resync', ASYNC))
+            elif kind == 'kill-controller-behind':
+                events.append((t, 'kill-controller-behind', None))
+                events.append((t + rng.uniform(0, 2), 'start-controller', None))
+            else:
+                rk = wchoice(rng, [r for r in RULE_KINDS if not r[3]])
+                words = rk[2]
+                if 'hold' in words:
+                    words += ' secs=%d' % (self.cfg.timeout + rng.randint(1, 4))
+                skip = rng.choice([0, 0, 1, 3, 10, 30]) if 'range=' not in words \
+                    else rng.choice([0, 0, 1, 2])
+                cnt = rng.choice([1, 1, 1, 2, 3, 8])
+                rid = '%s.r%da%d' % (rk[0], rnd, k)
+                line = 'id=%s %s skip=%d count=%d' % (rid, words, skip, cnt)
+                events.append((t, 'arm', ((ASYNC,), line)))
+                events.append((t + rng.uniform(1, 6), 'disarm', ((ASYNC,), rid)))
+        return events
 
     def leg_ok_for(self, kind, leg):
         if self.cfg.shape == 'filter' and leg == 0:
@@ -861,6 +987,8 @@ class Campaign:
             self.restart_replica(arg)
         elif kind == 'kill-controller':
             self.kill_controller()
+        elif kind == 'kill-controller-behind':
+            self.kill_controller(async_behind=True)
         elif kind == 'start-controller':
             self.ensure_controller()
         elif kind in ('fail', 'resync', 'resync-full', 'remove'):
@@ -932,15 +1060,32 @@ class Campaign:
             time.sleep(wait)
             self.hold_armed = False
 
-    def kill_controller(self):
+    def kill_controller(self, async_behind=False):
         if not self.ctl_server.alive():
             self.act('kill -9 controller: already down')
             return
         self.drain_holds()
+        how = ''
+        if async_behind:
+            # Wait (a little) until the asynchronous leg holds less than
+            # the volume: writes queued or unflushed, or behind.
+            deadline = now() + 3
+            while True:
+                a = self.async_sample()
+                if a is not None and (a['state'] != 'replicating' or a['lag_bytes'] > 0):
+                    how = ' (async leg %s, lag %d bytes)' % (a['state'], a['lag_bytes'])
+                    self.count('kill-controller-async-%s' % (
+                        'lagging' if a['state'] == 'replicating' else a['state']))
+                    break
+                if now() >= deadline:
+                    how = ' (async leg not behind: %s)' % (a and a['state'])
+                    self.count('kill-controller-async-caught-up')
+                    break
+                time.sleep(0.1)
         self.ctl_server.kill9()
         self.killed_ctl = True
         self.count('kill-controller')
-        self.act('kill -9 controller')
+        self.act('kill -9 controller' + how)
 
     def ensure_controller(self):
         if self.ctl_server.alive():
@@ -998,19 +1143,28 @@ class Campaign:
                 f.truncate(64 * MiB)
             r.start()
             self.count('blank-leg')
-        rc, out, err = self.nbdrep('add', self.ctl, self.uris[i])
+        extra = ('--async',) if i == ASYNC else ()
+        rc, out, err = self.nbdrep('add', self.ctl, self.uris[i], *extra)
         if rc == 0:
-            self.count('add')
-        self.act('nbdrep add %s (leg %d%s): rc=%s %s'
-                 % (self.uris[i], i, ', blanked' if blank else '', rc,
-                    (out + ' ' + err).strip()[:200]))
+            self.count('add-async' if i == ASYNC else 'add')
+        self.act('nbdrep add %s%s (leg %d%s): rc=%s %s'
+                 % (self.uris[i], ' --async' if extra else '', i,
+                    ', blanked' if blank else '', rc, (out + ' ' + err).strip()[:200]))
 
     # -- a round --------------------------------------------------------------
 
     def run_round(self, rnd):
         self.round = rnd
+        if self.cfg.async_leg:
+            self.reconfigure(rnd)
+            if self.violations:
+                return
         dur, victims, events = self.make_schedule(rnd)
-        say('=== round %d: %.1f s, victims %s, schedule:' % (rnd, dur, victims))
+        say('=== round %d: %.1f s, victims %s%s, schedule:'
+            % (rnd, dur, victims, '' if not self.cfg.async_leg else
+               ', async leg: async-buffer=%s async-full=%s delay-write=%s'
+               % (self.async_params[0] or 'default', self.async_params[1],
+                  self.async_delay or 'none')))
         for ev in events:
             say('      +%6.2f %s %s' % (ev[0], ev[1], fmt_arg(ev[2])))
         self.history.append((stamp(), rnd, 'round %d schedule: %s'
@@ -1032,6 +1186,9 @@ class Campaign:
             if self.violations:
                 break
             self.watch_processes()
+            if self.cfg.async_leg and now() >= self.last_sample + 1:
+                self.last_sample = now()
+                self.async_sample()
             if not pending and t >= dur:
                 break
             time.sleep(0.05)
@@ -1123,7 +1280,7 @@ class Campaign:
         rc, out, err = self.nbdrep('set', self.ctl, 'resync-rate', '0')
         # Legs removed (and not added back) come back now.
         st = self.status()
-        for i in range(3):
+        for i in ([0, 1, 2, ASYNC] if self.cfg.async_leg else [0, 1, 2]):
             if not self.leg_ok_for('add', i):
                 continue
             idx, state = self.leg_index(st, i)
@@ -1154,11 +1311,139 @@ class Campaign:
                     return
             time.sleep(0.3)
         self.healthy_status = st
+        if self.cfg.async_leg and not self.wait_async(deadline):
+            return
         say('round %d: healthy (generation %s); writers so far: %s'
             % (self.round, st['volume']['generation'],
                ', '.join('w%d %d acked/%d failed/%d reads' % (w.w, w.stats['acked'],
                                                            w.stats['errors'], w.stats['reads'])
                          for w in self.writers)))
+
+    def stop_controller(self):
+        """Stop the controller with SIGTERM, as an operator would; it must
+        exit cleanly within 60 s."""
+        if not self.ctl_server.alive():
+            return
+        rc, hung = self.ctl_server.stop(60)
+        self.killed_ctl = True      # not a crash
+        if hung:
+            unloaded = 'debug: replicate: unload' in open(
+                self.ctl_server.log, errors='replace').read()
+            if not (self.cfg.preload and unloaded):
+                self.violation('shutdown-hang', 'the controller did not exit within '
+                               '60 s of SIGTERM')
+        elif rc != 0:
+            self.check_sanitizer()
+            if not any(v['kind'] == 'sanitizer' for v in self.violations):
+                text = tail(self.ctl_server.log, 60)
+                if not ('LeakSanitizer' in text and 'replicate' not in text):
+                    self.violation('controller-exit', 'the controller exited with '
+                                   'status %s after SIGTERM:\n%s' % (rc, text))
+
+    # -- the asynchronous leg ---------------------------------------------------
+
+    def async_leg(self, st):
+        """The asynchronous leg's entry in status ST, or None (removed)."""
+        if st is None:
+            return None
+        for l in st['legs']:
+            if l['uri'] == self.uris[ASYNC] and l['state'] != 'removed':
+                return l
+        return None
+
+    def async_sample(self):
+        """The asynchronous leg's async object now (state, lag_bytes ...),
+        or None; remembered for the summary."""
+        l = self.async_leg(self.status())
+        a = l and l.get('async')
+        if a is None:
+            return None
+        key = '%s/%s' % (l['state'], a['state'])
+        self.async_seen[key] = self.async_seen.get(key, 0) + 1
+        self.async_max_lag = max(self.async_max_lag, a.get('lag_bytes', 0))
+        self.async_max_pull_aheads = max(self.async_max_pull_aheads,
+                                         a.get('pull_aheads', 0))
+        return a
+
+    def reconfigure(self, rnd):
+        """Give the asynchronous leg round RND's configuration (see
+        async_config): restart the controller cleanly if async-buffer or
+        async-full change, and the leg's replica if its delay does."""
+        params, delay = async_config(self.cfg.seed, rnd)
+        if params == self.async_params and delay == self.async_delay:
+            return
+        if params != self.async_params:
+            self.stop_controller()
+            self.async_params = params
+            self.count('async-reconfigure-controller')
+        if delay != self.async_delay:
+            self.async_delay = delay
+            # kill -9: nbdkit waits for its client (the controller) on
+            # SIGTERM; the file legs keep their data either way.
+            r = self.replicas[ASYNC]
+            r.kill9()
+            ok = r.start()
+            self.count('async-delay-switch')
+            if not ok:
+                raise RuntimeError('replica %d did not start (see %s)' % (ASYNC, r.log))
+        self.act('async leg: async-buffer=%s async-full=%s, replica delay-write=%s'
+                 % (params[0] or 'default', params[1], delay or 'none'))
+        self.ensure_controller()
+
+    def flush_volume(self):
+        """A flush through the controller (ends the asynchronous leg's
+        epoch).  Returns an error text or None."""
+        try:
+            h = nbd.NBD()
+            h.connect_uri(self.ctl_server.uri)
+            h.flush()
+            h.shutdown()
+            return None
+        except nbd.Error as e:
+            return str(e)
+
+    def wait_async(self, deadline):
+        """After the round: wait until the asynchronous leg replicates
+        again and, after a flush, holds everything (no lag, empty buffer).
+        Returns False after a violation."""
+        next_nudge = now() + 15
+        flushed = False
+        while True:
+            st = self.status()
+            l = self.async_leg(st)
+            a = l and l.get('async')
+            if a is not None and l['state'] == 'syncing' and l['resync'] is None \
+                    and a['state'] == 'replicating' and a.get('consistent', True):
+                if not flushed:
+                    err = self.flush_volume()
+                    if err is not None:
+                        self.act('flush through the controller failed: %s' % err)
+                    else:
+                        flushed = True
+                    continue
+                if a['lag_bytes'] == 0 and a['buffer_used'] == 0:
+                    self.async_status = l
+                    return True
+            else:
+                flushed = False
+            if now() >= deadline:
+                self.violation('hang', 'the asynchronous leg has not caught up %d s '
+                               'after the round (replicating, consistent, no lag after '
+                               'a flush)\n%s' % (self.cfg.healthy_secs, self.status_dump()))
+                return False
+            if l is None and st is not None and now() >= next_nudge:
+                next_nudge = now() + 15
+                self.add_leg(ASYNC, False)
+            elif l is not None and now() >= next_nudge and \
+                    l['state'] in ('failed', 'stale'):
+                next_nudge = now() + 15
+                rc, out, err = self.nbdrep('resync', self.ctl, str(l['index']))
+                self.act('nudge: nbdrep resync %s (async leg, %s/%s): rc=%s %s'
+                         % (l['index'], l['state'], a and a['state'], rc, (out + err)[:200]))
+            if not self.ctl_server.alive():
+                if not self.ensure_controller():
+                    return False
+            time.sleep(0.3)
 
     def status_dump(self):
         st = self.status()
@@ -1224,10 +1509,39 @@ class Campaign:
                            % (i, len(diff), self.describe(diff, {'controller': observed,
                                                                  'leg %d' % i: lobs})),
                            blocks=diff)
+        # The asynchronous leg, caught up (quiesce waited for it: it
+        # replicates, and after a flush nothing is queued or unflushed):
+        # its data area must be the volume's too.  It is syncing, never
+        # uptodate, so the loop above does not look at it.
+        nasync = 0
+        if self.cfg.async_leg:
+            try:
+                ad = self.read_all(uri=self.replicas[ASYNC].uri)
+            except (nbd.Error, OSError) as e:
+                self.violation('read-error', 'reading the asynchronous leg directly '
+                               'failed: %s' % e)
+                return
+            nasync = 1
+            if ad != data:
+                diff = [b for b in range(nblocks)
+                        if ad[b * BLOCK:(b + 1) * BLOCK] != data[b * BLOCK:(b + 1) * BLOCK]]
+                aobs = [identify(self.tag, ad[b * BLOCK:(b + 1) * BLOCK], b * BLOCK)
+                        for b in range(nblocks)]
+                a = self.async_status
+                self.violation('async-differs', 'the asynchronous leg (replica %d, leg %d, '
+                               'caught up: %s) differs from the volume read through '
+                               'the controller in %d blocks:\n%s'
+                               % (ASYNC, a['index'], json.dumps(a['async']), len(diff),
+                                  self.describe(diff, {'controller': observed,
+                                                       'async leg': aobs})),
+                               blocks=diff)
+            else:
+                self.async_checked += 1
         if not self.violations:
             self.model.collapse(observed, t)
-            say('round %d: oracle ok: %d blocks checked on the volume and %d legs (%.1f s)'
-                % (self.round, nblocks, len(legs), now() - t))
+            say('round %d: oracle ok: %d blocks checked on the volume, %d legs%s (%.1f s)'
+                % (self.round, nblocks, len(legs),
+                   ' and the asynchronous leg' if nasync else '', now() - t))
 
     def describe(self, bad, sides, limit=40):
         """Group BAD blocks into runs and say what each side holds."""
@@ -1292,21 +1606,7 @@ class Campaign:
         if self.verify_proc is not None and self.verify_proc.poll() is None:
             self.verify_proc.kill()
             self.verify_proc.wait(timeout=30)
-        if self.ctl_server.alive():
-            rc, hung = self.ctl_server.stop(60)
-            if hung:
-                unloaded = 'debug: replicate: unload' in open(
-                    self.ctl_server.log, errors='replace').read()
-                if not (self.cfg.preload and unloaded):
-                    self.violation('shutdown-hang', 'the controller did not exit within '
-                                   '60 s of SIGTERM')
-            elif rc != 0:
-                self.check_sanitizer()
-                if not any(v['kind'] == 'sanitizer' for v in self.violations):
-                    text = tail(self.ctl_server.log, 60)
-                    if not ('LeakSanitizer' in text and 'replicate' not in text):
-                        self.violation('controller-exit', 'the controller exited with '
-                                       'status %s after SIGTERM:\n%s' % (rc, text))
+        self.stop_controller()
         self.check_sanitizer()
         for i in self.leg_servers():
             self.replicas[i].stop(3)
@@ -1338,9 +1638,10 @@ def main():
                        ('nbdrep', cfg.nbdrep)):
         if not os.path.exists(path):
             sys.exit('torture: the %s is not built: %s' % (what, path))
-    say('torture: TORTURE_SEED=%d TORTURE_SECONDS=%d TORTURE_SHAPE=%s%s; fault filter: %s'
+    say('torture: TORTURE_SEED=%d TORTURE_SECONDS=%d TORTURE_SHAPE=%s%s%s; fault filter: %s'
         % (cfg.seed, cfg.seconds, cfg.shape,
            ' TORTURE_ROUNDS=%d' % cfg.rounds if cfg.rounds else '',
+           '' if cfg.async_leg else ' TORTURE_ASYNC=0',
            cfg.faultinject or 'not built (rule faults disabled)'))
     if cfg.preload:
         say('torture: sanitizer %s: controller preloads %s' % (cfg.sanitizer, cfg.preload))
@@ -1376,7 +1677,8 @@ def main():
     reads = sum(w.stats['reads'] for w in camp.writers)
     print()
     print('===== torture summary =====')
-    print('seed: %d (replay: TORTURE_SEED=%d TORTURE_SHAPE=%s)' % (cfg.seed, cfg.seed, cfg.shape))
+    print('seed: %d (replay: TORTURE_SEED=%d TORTURE_SHAPE=%s%s)'
+          % (cfg.seed, cfg.seed, cfg.shape, '' if cfg.async_leg else ' TORTURE_ASYNC=0'))
     print('rounds: %d in %.0f s' % (rounds, now() - T0))
     print('requests: %d acknowledged, %d failed; %d online read checks'
           % (acked, errs, reads))
@@ -1386,6 +1688,13 @@ def main():
                 if not k.startswith(('verify-done', 'rule-armed', 'restart-',
                                      'replica-exited', 'verify-mismatch',
                                      'replica-crashed'))}
+    if cfg.async_leg:
+        print('asynchronous leg: compared equal to the volume after %d rounds; '
+              'states sampled while faults ran: %s; largest lag %d bytes, '
+              'pull-aheads of one controller up to %d'
+              % (camp.async_checked,
+                 ', '.join('%s %d' % kv for kv in sorted(camp.async_seen.items())),
+                 camp.async_max_lag, camp.async_max_pull_aheads))
     print('faults injected: %d (by kind below; rule-armed, restart-*, '
           'verify-done-rc* and replica-exited are not counted)' % sum(injected.values()))
     for k in sorted(camp.faults):
