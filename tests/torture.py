@@ -68,11 +68,25 @@
 # data area straight from its server, and it must be byte-identical to
 # the volume (an "async-differs" violation otherwise).  The leg's states
 # are sampled every second while faults run, for the summary.
+# Snapshots: at times of the schedule, if the status says the leg is
+# consistent (and no resync runs), r3 is frozen (SIGSTOP), the status
+# asked again, its data area copied, and it is thawed.  After the round
+# (every request completed, so every write's issue and completion time
+# is known) each snapshot must be crash-consistent: valid blocks only,
+# and if it holds a write issued after a flush F was acknowledged, F's
+# epoch is on the leg, so per block it holds a candidate of the model
+# as of F's issue (acknowledged writes drop what completed before they
+# were issued) or a request that completed after that (else
+# "async-inconsistent").  TORTURE_ASYNC_KNOWN=failed-write turns the
+# known defect of test-async-refused-write.sh (r3 keeps a write the
+# client got an error for, which the volume does not hold) into a
+# suspect, when it is all that differs, and writes those blocks again.
 #
 # Environment: TORTURE_SECONDS (600), TORTURE_SEED (random, printed),
 # TORTURE_ROUNDS (no limit), TORTURE_SHAPE (plugin|filter), TORTURE_WRITERS
 # (3), TORTURE_TIMEOUT (controller timeout=, 3), TORTURE_HEALTHY_SECS
-# (120), TORTURE_ASYNC (1; 0: no asynchronous leg), KEEP_TMPDIR=1;
+# (120), TORTURE_ASYNC (1; 0: no asynchronous leg), TORTURE_ASYNC_KNOWN
+# (empty; failed-write), KEEP_TMPDIR=1;
 # paths: NBDKIT, PLUGIN, FILTER, NBDREP, FAULTINJECT
 # (optional), SANITIZER and CC (to preload the sanitizer runtime), or
 # abs_top_builddir to derive them.
@@ -141,6 +155,7 @@ class Config:
         self.timeout = env_int('TORTURE_TIMEOUT', 3)
         self.healthy_secs = env_int('TORTURE_HEALTHY_SECS', 120)
         self.async_leg = os.environ.get('TORTURE_ASYNC', '1') != '0'
+        self.async_known = set(os.environ.get('TORTURE_ASYNC_KNOWN', '').split(','))
         self.keep = os.environ.get('KEEP_TMPDIR', '0') == '1'
         self.preload = None
         if self.sanitizer in ('address', 'thread'):
@@ -447,10 +462,13 @@ class Writer(threading.Thread):
         time.sleep(0.05)
 
     def flush(self):
+        issue = now()
         try:
             self.h.flush()
         except nbd.Error:
             self.after_error()
+            return
+        self.camp.flushes.append((issue, now()))
 
     def read_check(self, own):
         camp = self.camp
@@ -580,6 +598,10 @@ class Campaign:
         self.faults = {}
         self.history = []           # (time, round, text) of every action
         self.ops = []               # every completed request
+        self.flushes = []           # (issue, complete) of every acknowledged flush
+        self.snapshots = []         # the async leg's, this round: (time, data, why)
+        self.round_ops = 0          # len(self.ops) when the round started
+        self.round_start = ([], 0.0)    # (values of the volume, time) then
         self.round = 0
         self.jfile = open(os.path.join(self.tmpdir, 'journal.log'), 'w')
         self.jlock = threading.Lock()
@@ -602,6 +624,7 @@ class Campaign:
         self.async_max_pull_aheads = 0
         self.last_sample = 0.0
         self.async_checked = 0      # rounds whose async leg was compared
+        self.async_snapshots_checked = 0
         self.async_status = {'index': None, 'async': None}
 
     # -- bookkeeping --------------------------------------------------------
@@ -716,6 +739,7 @@ class Campaign:
                 raise RuntimeError('the asynchronous leg is not leg 3: %s' % self.uris)
         nblocks = self.size // BLOCK
         self.model = Model(nblocks)
+        self.round_start = (['Z'] * nblocks, 0.0)
         shared = nblocks // 4
         per = (nblocks - shared) // c.nwriters
         self.regions = [(w * per, per) for w in range(c.nwriters)]
@@ -922,9 +946,12 @@ class Campaign:
         return dur, victims, events
 
     def async_schedule(self, rnd, dur):
-        """The asynchronous leg's own faults in round RND."""
+        """The asynchronous leg's own faults in round RND, and when its
+        replica is frozen for a snapshot."""
+        rng = random.Random('%d:%d:async-snapshot' % (self.cfg.seed, rnd))
+        events = [(rng.uniform(0.5, dur), 'async-snapshot', None)
+                  for _ in range(rng.choice([0, 1, 2, 3]))]
         rng = random.Random('%d:%d:async' % (self.cfg.seed, rnd))
-        events = []
         if rng.random() < 0.2:
             return events           # only the others' faults this round
         kinds = ASYNC_ACTION_KINDS if self.cfg.faultinject else \
@@ -989,6 +1016,8 @@ class Campaign:
             self.kill_controller()
         elif kind == 'kill-controller-behind':
             self.kill_controller(async_behind=True)
+        elif kind == 'async-snapshot':
+            self.async_snapshot()
         elif kind == 'start-controller':
             self.ensure_controller()
         elif kind in ('fail', 'resync', 'resync-full', 'remove'):
@@ -1170,6 +1199,8 @@ class Campaign:
         self.history.append((stamp(), rnd, 'round %d schedule: %s'
                              % (rnd, '; '.join('+%.2f %s %s' % (e[0], e[1], fmt_arg(e[2]))
                                                for e in events))))
+        self.round_ops = len(self.ops)
+        self.snapshots = []
         for w in self.writers:
             w.rng = random.Random('%d:%d:w%d' % (self.cfg.seed, rnd, w.w))
         for w in self.writers:
@@ -1193,6 +1224,8 @@ class Campaign:
                 break
             time.sleep(0.05)
         self.quiesce()
+        if not self.violations and self.snapshots:
+            self.check_snapshots()
         if not self.violations:
             self.oracle()
         self.count_firings()
@@ -1365,6 +1398,140 @@ class Campaign:
                                          a.get('pull_aheads', 0))
         return a
 
+    def async_snapshot(self):
+        """Freeze the asynchronous leg's replica (SIGSTOP: a request it
+        is applying completes its pwrite first) and copy its data area,
+        if the status says the leg is consistent before and during the
+        freeze; checked after the round (check_snapshots)."""
+        r = self.replicas[ASYNC]
+
+        def consistent():
+            l = self.async_leg(self.status())
+            a = l and l.get('async')
+            if a is None or not a.get('consistent') or l['resync'] is not None:
+                return None
+            return '%s/%s lag %d' % (l['state'], a['state'], a['lag_bytes'])
+        if not r.alive():
+            self.act('async snapshot: replica %d is down: skipped' % ASYNC)
+            return
+        before = consistent()
+        if before is None:
+            self.act('async snapshot: the leg is not consistent: skipped')
+            self.count('async-snapshot-skipped')
+            return
+        pid = r.proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            during = consistent()
+            data = None
+            if during is not None:
+                data = self.read_all(path=os.path.join(self.tmpdir, 'r%d.img' % ASYNC))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        if data is None:
+            self.act('async snapshot: the leg is no longer consistent: skipped')
+            self.count('async-snapshot-skipped')
+            return
+        self.snapshots.append((now(), data, 'before: %s; frozen: %s' % (before, during)))
+        self.count('async-snapshot')
+        self.act('async snapshot %d taken (before: %s; frozen: %s)'
+                 % (len(self.snapshots), before, during))
+
+    def check_snapshots(self):
+        """Every snapshot of the asynchronous leg must be a crash-consistent
+        state: valid blocks only; and if it holds a write issued after a
+        flush F was acknowledged, it holds, per block, a value the volume
+        could have held after F (every write acknowledged before F was
+        issued is there or overwritten by one not ordered before it).
+        Sound with concurrent writers: see the rules below."""
+        t = now()
+        nblocks = self.size // BLOCK
+        start_vals, start_t = self.round_start
+        ops = self.ops[self.round_ops:]
+        by_id = {}
+        per_block = {}
+        for o in ops:
+            w, seq, op, off, length, fua, issue, complete, res = o
+            value = (w, seq) if op == 'write' else 'Z'
+            if op == 'write':
+                by_id[(w, seq)] = o
+            for b in range(off // BLOCK, (off + length) // BLOCK):
+                per_block.setdefault(b, []).append((value, issue, complete, res == 'ack'))
+        flushes = sorted(self.flushes)
+        for n, (taken, data, why) in enumerate(self.snapshots, 1):
+            vals = [identify(self.tag, data[b * BLOCK:(b + 1) * BLOCK], b * BLOCK)
+                    for b in range(nblocks)]
+            bad = [b for b in range(nblocks) if not (vals[b] == 'Z' or
+                                                      isinstance(vals[b], tuple))]
+            # The newest write it holds, by issue time: every flush
+            # acknowledged before that write was issued has its epoch
+            # flushed on the leg (the marker is queued when the flush
+            # starts, the write after it is issued).
+            t_new = max([by_id[v][6] for v in vals if v in by_id] or [0.0])
+            fl = [f for f in flushes if f[1] < t_new and f[0] >= start_t]
+            # With no such flush: the round's start (a flush) plus any
+            # of the round's requests.
+            fi = fl[-1][0] if fl else float('inf')
+            allowed = {}
+            for b in range(nblocks):
+                if b in bad:
+                    continue
+                # The candidates after F, as the model computes them
+                # (an acknowledged write W drops what completed before
+                # W was issued), from the round's start: those that
+                # completed before F was issued, then all the others.
+                cands = [(start_vals[b], start_t, start_t, True)]
+                later = []
+                for e in per_block.get(b, ()):
+                    if fi == float('inf'):
+                        later.append(e)
+                    elif e[2] < fi:
+                        if e[3]:
+                            cands = [c for c in cands if c[2] >= e[1]]
+                        cands.append(e)
+                    else:
+                        later.append(e)
+                if vals[b] not in [c[0] for c in cands + later]:
+                    bad.append(b)
+                    allowed[b] = cands + later
+            if bad:
+                bad.sort()
+                self.violation('async-inconsistent',
+                               'snapshot %d of the asynchronous leg (taken at %.2f, %s) '
+                               'is not a crash-consistent state in %d blocks (its newest '
+                               'write was issued at %.2f, after the flush issued at %s '
+                               'was acknowledged):\n%s'
+                               % (n, taken - T0, why, len(bad), t_new - T0,
+                                  '%.2f' % (fi - T0) if fl else 'none',
+                                  self.describe_snapshot(bad, vals, allowed)),
+                               blocks=bad)
+                path = os.path.join(self.tmpdir, 'async-snapshot-r%d-%d.img' % (self.round, n))
+                with open(path, 'wb') as f:
+                    f.write(data)
+                say('snapshot kept as %s' % path)
+                break
+        say('round %d: %d snapshots of the asynchronous leg checked (%.1f s)'
+            % (self.round, len(self.snapshots), now() - t))
+        if not self.violations:
+            self.async_snapshots_checked += len(self.snapshots)
+        self.snapshots = []
+
+    def describe_snapshot(self, bad, vals, allowed, limit=20):
+        """What the snapshot holds at the first BAD blocks, and what the
+        check allowed there."""
+        lines = []
+        for b in bad[:limit]:
+            lines.append('  block 0x%x: the snapshot holds %s; allowed: %s'
+                         % (b * BLOCK, vname(vals[b]),
+                            ', '.join('%s(%s, issued %.2f, done %.2f)'
+                                      % (vname(e[0]), 'acked' if e[3] else 'not acked',
+                                         e[1] - T0, e[2] - T0)
+                                      for e in allowed.get(b, ())) or 'a valid block'))
+            lines.append('    last requests over 0x%x: %s' % (b * BLOCK, self.ops_over(b * BLOCK)))
+        if len(bad) > limit:
+            lines.append('  ... and %d more blocks' % (len(bad) - limit))
+        return '\n'.join(lines)
+
     def reconfigure(self, rnd):
         """Give the asynchronous leg round RND's configuration (see
         async_config): restart the controller cleanly if async-buffer or
@@ -1522,6 +1689,10 @@ class Campaign:
                                'failed: %s' % e)
                 return
             nasync = 1
+            if ad != data and 'failed-write' in self.cfg.async_known:
+                ad = self.known_failed_writes(ad, data, observed)
+                if ad is None:
+                    return
             if ad != data:
                 diff = [b for b in range(nblocks)
                         if ad[b * BLOCK:(b + 1) * BLOCK] != data[b * BLOCK:(b + 1) * BLOCK]]
@@ -1539,9 +1710,57 @@ class Campaign:
                 self.async_checked += 1
         if not self.violations:
             self.model.collapse(observed, t)
+            self.round_start = (observed, t)
             say('round %d: oracle ok: %d blocks checked on the volume, %d legs%s (%.1f s)'
                 % (self.round, nblocks, len(legs),
                    ' and the asynchronous leg' if nasync else '', now() - t))
+
+    def known_failed_writes(self, ad, data, observed):
+        """TORTURE_ASYNC_KNOWN=failed-write: the known defect of
+        test-async-refused-write.sh (the asynchronous leg keeps a write
+        the client got an error for and the volume does not hold) is a
+        suspect, not a violation, when it is all that differs: those
+        blocks are written again through the controller with the
+        volume's data, and the leg read again once caught up.  Returns
+        the leg's data then (None after a violation)."""
+        nblocks = self.size // BLOCK
+        diff = [b for b in range(nblocks)
+                if ad[b * BLOCK:(b + 1) * BLOCK] != data[b * BLOCK:(b + 1) * BLOCK]]
+        known = []
+        for b in diff:
+            v = identify(self.tag, ad[b * BLOCK:(b + 1) * BLOCK], b * BLOCK)
+            if not any(e[0] == v and not e[3] for e in self.model.entries(b)):
+                return ad           # something else: a violation
+            known.append(b)
+        aobs = {b: identify(self.tag, ad[b * BLOCK:(b + 1) * BLOCK], b * BLOCK)
+                for b in known}
+        self.count('async-kept-failed-write', len(known))
+        self.suspects.append('round %d: the asynchronous leg kept writes the client got '
+                             'an error for and the volume does not hold (known: '
+                             'test-async-refused-write.sh) in %d blocks:\n%s'
+                             % (self.round, len(known),
+                                self.describe(known, {'controller': observed,
+                                                      'async leg': aobs})))
+        self.act('async leg: %d blocks hold failed writes the volume does not '
+                 '(known defect): writing them again' % len(known))
+        try:
+            h = nbd.NBD()
+            h.connect_uri(self.ctl_server.uri)
+            for b in known:
+                h.pwrite(data[b * BLOCK:(b + 1) * BLOCK], b * BLOCK)
+            h.flush()
+            h.shutdown()
+        except nbd.Error as e:
+            self.violation('read-error', 'writing the volume\'s data again failed: %s' % e)
+            return None
+        if not self.wait_async(now() + self.cfg.healthy_secs):
+            return None
+        try:
+            return self.read_all(uri=self.replicas[ASYNC].uri)
+        except (nbd.Error, OSError) as e:
+            self.violation('read-error', 'reading the asynchronous leg directly '
+                           'failed: %s' % e)
+            return None
 
     def describe(self, bad, sides, limit=40):
         """Group BAD blocks into runs and say what each side holds."""
@@ -1690,9 +1909,10 @@ def main():
                                      'replica-crashed'))}
     if cfg.async_leg:
         print('asynchronous leg: compared equal to the volume after %d rounds; '
+              '%d snapshots found crash-consistent; '
               'states sampled while faults ran: %s; largest lag %d bytes, '
               'pull-aheads of one controller up to %d'
-              % (camp.async_checked,
+              % (camp.async_checked, camp.async_snapshots_checked,
                  ', '.join('%s %d' % kv for kv in sorted(camp.async_seen.items())),
                  camp.async_max_lag, camp.async_max_pull_aheads))
     print('faults injected: %d (by kind below; rule-armed, restart-*, '
