@@ -80,13 +80,16 @@
 # "async-inconsistent").  TORTURE_ASYNC_KNOWN=failed-write turns the
 # known defect of test-async-refused-write.sh (r3 keeps a write the
 # client got an error for, which the volume does not hold) into a
-# suspect, when it is all that differs, and writes those blocks again.
+# suspect, when it is all that differs, and writes those blocks again;
+# TORTURE_ASYNC_KNOWN=old-gen that of test-async-readd-old-gen.sh (r3,
+# removed, is refused as a split brain when added back with its data:
+# a suspect, and r3 is added blank).  Both: failed-write,old-gen.
 #
 # Environment: TORTURE_SECONDS (600), TORTURE_SEED (random, printed),
 # TORTURE_ROUNDS (no limit), TORTURE_SHAPE (plugin|filter), TORTURE_WRITERS
 # (3), TORTURE_TIMEOUT (controller timeout=, 3), TORTURE_HEALTHY_SECS
 # (120), TORTURE_ASYNC (1; 0: no asynchronous leg), TORTURE_ASYNC_KNOWN
-# (empty; failed-write), KEEP_TMPDIR=1;
+# (empty; failed-write,old-gen), KEEP_TMPDIR=1;
 # paths: NBDKIT, PLUGIN, FILTER, NBDREP, FAULTINJECT
 # (optional), SANITIZER and CC (to preload the sanitizer runtime), or
 # abs_top_builddir to derive them.
@@ -1179,6 +1182,20 @@ class Campaign:
         self.act('nbdrep add %s%s (leg %d%s): rc=%s %s'
                  % (self.uris[i], ' --async' if extra else '', i,
                     ', blanked' if blank else '', rc, (out + ' ' + err).strip()[:200]))
+        if rc != 0 and i == ASYNC and not blank and 'split brain' in out + err:
+            # The asynchronous leg's generation is its last full
+            # resync's: once more than 32 bumps old it has left the
+            # history, and its own storage is refused when added back
+            # (test-async-readd-old-gen.sh).
+            text = ('nbdrep add --async of the asynchronous leg\'s own storage, '
+                    'removed moments ago, was refused: %s' % (out + ' ' + err).strip())
+            if 'old-gen' not in self.cfg.async_known:
+                self.violation('async-readd-refused', text + '\n' + self.status_dump())
+                return
+            self.suspects.append('round %d: %s (known: test-async-readd-old-gen.sh); '
+                                 'added again blank' % (self.round, text))
+            self.count('async-readd-refused')
+            self.add_leg(i, True)
 
     # -- a round --------------------------------------------------------------
 
