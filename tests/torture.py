@@ -83,13 +83,16 @@
 # suspect, when it is all that differs, and writes those blocks again;
 # TORTURE_ASYNC_KNOWN=old-gen that of test-async-readd-old-gen.sh (r3,
 # removed, is refused as a split brain when added back with its data:
-# a suspect, and r3 is added blank).  Both: failed-write,old-gen.
+# a suspect, and r3 is added blank); TORTURE_ASYNC_KNOWN=stuck-behind
+# that of test-async-fail-unflushed.sh (r3 stale and behind for good
+# with nothing in its buffer: a suspect after 30 s, and the controller
+# is restarted).  All: failed-write,old-gen,stuck-behind.
 #
 # Environment: TORTURE_SECONDS (600), TORTURE_SEED (random, printed),
 # TORTURE_ROUNDS (no limit), TORTURE_SHAPE (plugin|filter), TORTURE_WRITERS
 # (3), TORTURE_TIMEOUT (controller timeout=, 3), TORTURE_HEALTHY_SECS
 # (120), TORTURE_ASYNC (1; 0: no asynchronous leg), TORTURE_ASYNC_KNOWN
-# (empty; failed-write,old-gen), KEEP_TMPDIR=1;
+# (empty; failed-write,old-gen,stuck-behind), KEEP_TMPDIR=1;
 # paths: NBDKIT, PLUGIN, FILTER, NBDREP, FAULTINJECT
 # (optional), SANITIZER and CC (to preload the sanitizer runtime), or
 # abs_top_builddir to derive them.
@@ -1592,10 +1595,31 @@ class Campaign:
         Returns False after a violation."""
         next_nudge = now() + 15
         flushed = False
+        stuck_since = None
         while True:
             st = self.status()
             l = self.async_leg(st)
             a = l and l.get('async')
+            # The known defect of test-async-fail-unflushed.sh: stale,
+            # behind, nothing in the buffer, no resync, for good.
+            if a is not None and l['state'] == 'stale' and a['state'] == 'behind' \
+                    and a['buffer_used'] == 0 and l['resync'] is None:
+                stuck_since = stuck_since or now()
+            else:
+                stuck_since = None
+            if stuck_since and now() - stuck_since > 30 and \
+                    'stuck-behind' in self.cfg.async_known:
+                self.suspects.append('round %d: the asynchronous leg stayed stale and '
+                                     'behind with nothing in its buffer for 30 s (known: '
+                                     'test-async-fail-unflushed.sh): %s; controller '
+                                     'restarted' % (self.round, json.dumps(a)))
+                self.count('async-stuck-behind')
+                self.act('async leg stuck behind (known defect): restarting the controller')
+                self.stop_controller()
+                if not self.ensure_controller():
+                    return False
+                stuck_since = None
+                continue
             if a is not None and l['state'] == 'syncing' and l['resync'] is None \
                     and a['state'] == 'replicating' and a.get('consistent', True):
                 if not flushed:
