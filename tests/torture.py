@@ -6,7 +6,7 @@
 #
 # Design note.  Three stock nbdkit replicas (sparse file legs, so kill -9
 # keeps their data; the fault-injection filter in front of each when it
-# is built) and one controller (plugin shape, or TORTURE_SHAPE=filter with
+# is built; a fourth, asynchronous, see below) and one controller (plugin shape, or TORTURE_SHAPE=filter with
 # leg 0 local) run in a private temporary directory.  Writer threads, each
 # with its own NBD connection to the controller, write, zero, trim, flush
 # and read back; every 4 KiB block a write puts down names the write
@@ -45,10 +45,55 @@
 # schedule so far, and per differing range which write each side holds;
 # the tmpdir is kept and the exit status is 1.
 #
+# The asynchronous leg (unless TORTURE_ASYNC=0).  A fourth replica, r3,
+# is an async= leg (DESIGN.md section 14): it takes every write but is
+# never read, never a resync source, never counted, so the model does not
+# speak of it while faults run.  Its configuration is part of the
+# schedule (async_config, a pure function of seed and round):
+# async-buffer (default, 4M or 1M: a small one makes it pull ahead) and
+# async-full (pull-ahead or block) are drawn per three rounds, and a
+# change restarts the controller cleanly (SIGTERM) before the round; the
+# delay filter in front of r3 (delay-write=2ms, so that it falls behind)
+# is drawn per round, and a change restarts r3 (kill -9).  Its own
+# faults come from a random generator of their own (the synchronous
+# legs' schedule of a seed is the same with or without it): kill -9 and
+# restart of r3, fault rules on r3, nbdrep fail/resync, nbdrep remove
+# and add --async (blank or with old data), and kill -9 of the
+# controller while r3 lags (writes queued or unflushed, or behind).
+# After the round, once the synchronous legs are healthy, the campaign
+# waits (within the same TORTURE_HEALTHY_SECS) until r3 is syncing with
+# its async state replicating and consistent, no resync running, then
+# flushes through the controller and waits for lag_bytes and
+# buffer_used 0: it has then flushed every write.  The oracle reads r3's
+# data area straight from its server, and it must be byte-identical to
+# the volume (an "async-differs" violation otherwise).  The leg's states
+# are sampled every second while faults run, for the summary.
+# Snapshots: at times of the schedule, if the status says the leg is
+# consistent (and no resync runs), r3 is frozen (SIGSTOP), the status
+# asked again, its data area copied, and it is thawed.  After the round
+# (every request completed, so every write's issue and completion time
+# is known) each snapshot must be crash-consistent: valid blocks only,
+# and if it holds a write issued after a flush F was acknowledged, F's
+# epoch is on the leg, so per block it holds a candidate of the model
+# as of F's issue (acknowledged writes drop what completed before they
+# were issued) or a request that completed after that (else
+# "async-inconsistent").  TORTURE_ASYNC_KNOWN=failed-write turns the
+# known defect of test-async-refused-write.sh (r3 keeps a write the
+# client got an error for, which the volume does not hold) into a
+# suspect, when it is all that differs, and writes those blocks again;
+# TORTURE_ASYNC_KNOWN=old-gen that of test-async-readd-old-gen.sh (r3,
+# removed, is refused as a split brain when added back with its data:
+# a suspect, and r3 is added blank); TORTURE_ASYNC_KNOWN=stuck-behind
+# that of test-async-fail-unflushed.sh (r3 stale and behind for good
+# with nothing in its buffer: a suspect after 30 s, and the controller
+# is restarted).  All: failed-write,old-gen,stuck-behind.
+#
 # Environment: TORTURE_SECONDS (600), TORTURE_SEED (random, printed),
 # TORTURE_ROUNDS (no limit), TORTURE_SHAPE (plugin|filter), TORTURE_WRITERS
 # (3), TORTURE_TIMEOUT (controller timeout=, 3), TORTURE_HEALTHY_SECS
-# (120), KEEP_TMPDIR=1; paths: NBDKIT, PLUGIN, FILTER, NBDREP, FAULTINJECT
+# (120), TORTURE_ASYNC (1; 0: no asynchronous leg), TORTURE_ASYNC_KNOWN
+# (empty; failed-write,old-gen,stuck-behind), KEEP_TMPDIR=1;
+# paths: NBDKIT, PLUGIN, FILTER, NBDREP, FAULTINJECT
 # (optional), SANITIZER and CC (to preload the sanitizer runtime), or
 # abs_top_builddir to derive them.
 
@@ -115,6 +160,8 @@ class Config:
         self.nwriters = env_int('TORTURE_WRITERS', 3)
         self.timeout = env_int('TORTURE_TIMEOUT', 3)
         self.healthy_secs = env_int('TORTURE_HEALTHY_SECS', 120)
+        self.async_leg = os.environ.get('TORTURE_ASYNC', '1') != '0'
+        self.async_known = set(os.environ.get('TORTURE_ASYNC_KNOWN', '').split(','))
         self.keep = os.environ.get('KEEP_TMPDIR', '0') == '1'
         self.preload = None
         if self.sanitizer in ('address', 'thread'):
@@ -421,10 +468,13 @@ class Writer(threading.Thread):
         time.sleep(0.05)
 
     def flush(self):
+        issue = now()
         try:
             self.h.flush()
         except nbd.Error:
             self.after_error()
+            return
+        self.camp.flushes.append((issue, now()))
 
     def read_check(self, own):
         camp = self.camp
@@ -497,6 +547,34 @@ ACTION_KINDS = [
 ]
 
 
+# The asynchronous leg's own faults (TORTURE_ASYNC=1): drawn from a
+# random generator of their own, so that the synchronous legs' schedule
+# of a seed is the same with or without it.
+ASYNC_ACTION_KINDS = [
+    ('kill-leg', 4),
+    ('rule', 6),
+    ('remove-add', 2),
+    ('fail-resync', 2),
+    ('kill-controller-behind', 2),
+]
+
+ASYNC = 3                           # the replica (and leg) index of the async leg
+
+
+def async_config(seed, rnd):
+    """The asynchronous leg's configuration for round RND:
+    ((async-buffer or None, async-full), delay-write or None).  The
+    controller's part holds for three rounds at a time (changing it
+    restarts the controller), the delay filter's is drawn per round
+    (changing it restarts the leg's replica)."""
+    rng = random.Random('%d:%d:async-params' % (seed, (rnd - 1) // 3))
+    buf = rng.choice([None, None, '1M', '4M'])
+    full = 'block' if rng.random() < 0.3 else 'pull-ahead'
+    rng = random.Random('%d:%d:async-delay' % (seed, rnd))
+    delay = '2ms' if rng.random() < 0.4 else None
+    return (buf, full), delay
+
+
 def wchoice(rng, items):
     total = sum(i[1] for i in items)
     x = rng.uniform(0, total)
@@ -526,6 +604,10 @@ class Campaign:
         self.faults = {}
         self.history = []           # (time, round, text) of every action
         self.ops = []               # every completed request
+        self.flushes = []           # (issue, complete) of every acknowledged flush
+        self.snapshots = []         # the async leg's, this round: (time, data, why)
+        self.round_ops = 0          # len(self.ops) when the round started
+        self.round_start = ([], 0.0)    # (values of the volume, time) then
         self.round = 0
         self.jfile = open(os.path.join(self.tmpdir, 'journal.log'), 'w')
         self.jlock = threading.Lock()
@@ -541,6 +623,15 @@ class Campaign:
         self.exits_fired = {}       # replica -> exit rules fired, not yet seen
         self.nlegs = 3
         self.uris = []
+        self.async_params = None    # (buffer, full) of the running controller
+        self.async_delay = None     # delay-write of replica 3's delay filter
+        self.async_seen = {}        # async state -> samples seen while faults ran
+        self.async_max_lag = 0
+        self.async_max_pull_aheads = 0
+        self.last_sample = 0.0
+        self.async_checked = 0      # rounds whose async leg was compared
+        self.async_snapshots_checked = 0
+        self.async_status = {'index': None, 'async': None}
 
     # -- bookkeeping --------------------------------------------------------
 
@@ -575,7 +666,11 @@ class Campaign:
                 '-P', self.replicas[i].pidfile]
         if self.cfg.faultinject:
             argv.append('--filter=' + self.cfg.faultinject)
+        if i == ASYNC and self.async_delay:
+            argv.append('--filter=delay')
         argv += ['file', 'file=' + img]
+        if i == ASYNC and self.async_delay:
+            argv.append('delay-write=' + self.async_delay)
         if self.cfg.faultinject:
             argv += ['rules=' + self.rules_path(i), 'log=' + self.fi_log(i)]
         return argv
@@ -601,16 +696,24 @@ class Campaign:
             if c.faultinject:
                 argv += ['rules=' + self.rules_path(0), 'log=' + self.fi_log(0)]
             argv += ['replica=' + self.replicas[i].uri for i in (1, 2)]
+        if c.async_leg:
+            buf, full = self.async_params
+            argv.append('async=' + self.replicas[ASYNC].uri)
+            if buf:
+                argv.append('async-buffer=' + buf)
+            argv.append('async-full=' + full)
         return argv + common
 
     def setup(self):
         c = self.cfg
-        for i in range(3):
+        if c.async_leg:
+            self.async_params, self.async_delay = async_config(c.seed, 1)
+        for i in self.replica_ids():
             r = Server('r%d' % i, self.tmpdir, lambda i=i: self.replica_argv(i))
             self.replicas.append(r)
             self.rules[i] = []
             self.write_rules(i)
-        for i in range(3):
+        for i in self.replica_ids():
             img = os.path.join(self.tmpdir, 'r%d.img' % i)
             with open(img, 'wb') as f:
                 f.truncate(64 * MiB)
@@ -634,8 +737,15 @@ class Campaign:
             raise RuntimeError('the volume did not become healthy at start')
         self.size = st['volume']['size']
         self.uris = [l['uri'] for l in st['legs']]
+        if c.async_leg:
+            # Legs 0-2 (the local leg first in the filter shape), then
+            # the asynchronous one.
+            if len(self.uris) != 4 or self.uris[ASYNC] != self.replicas[ASYNC].uri \
+                    or st['legs'][ASYNC].get('async') is None:
+                raise RuntimeError('the asynchronous leg is not leg 3: %s' % self.uris)
         nblocks = self.size // BLOCK
         self.model = Model(nblocks)
+        self.round_start = (['Z'] * nblocks, 0.0)
         shared = nblocks // 4
         per = (nblocks - shared) // c.nwriters
         self.regions = [(w * per, per) for w in range(c.nwriters)]
@@ -648,7 +758,12 @@ class Campaign:
 
     def leg_servers(self):
         """Replica indexes that are separate servers."""
-        return range(3) if self.cfg.shape == 'plugin' else (1, 2)
+        legs = [0, 1, 2] if self.cfg.shape == 'plugin' else [1, 2]
+        return legs + [ASYNC] if self.cfg.async_leg else legs
+
+    def replica_ids(self):
+        """Every replica index (rule files, images)."""
+        return range(4) if self.cfg.async_leg else range(3)
 
     def start_controller(self):
         # Started means the engine says so in this launch's log: in the
@@ -731,7 +846,7 @@ class Campaign:
         os.rename(tmp, path)
 
     def clear_rules(self):
-        for i in range(3):
+        for i in self.replica_ids():
             if self.rules[i]:
                 self.rules[i] = []
                 self.write_rules(i)
@@ -739,7 +854,7 @@ class Campaign:
     def count_firings(self):
         if not self.cfg.faultinject:
             return
-        for i in range(3):
+        for i in self.replica_ids():
             path = self.fi_log(i)
             try:
                 with open(path) as f:
@@ -831,8 +946,52 @@ class Campaign:
                 targets = legs if rk[3] else [leg]
                 events.append((t, 'arm', (tuple(targets), line)))
                 events.append((t + rng.uniform(1, 6), 'disarm', (tuple(targets), rid)))
+        if self.cfg.async_leg:
+            events += self.async_schedule(rnd, dur)
         events.sort(key=lambda e: e[0])
         return dur, victims, events
+
+    def async_schedule(self, rnd, dur):
+        """The asynchronous leg's own faults in round RND, and when its
+        replica is frozen for a snapshot."""
+        rng = random.Random('%d:%d:async-snapshot' % (self.cfg.seed, rnd))
+        events = [(rng.uniform(0.5, dur), 'async-snapshot', None)
+                  for _ in range(rng.choice([0, 1, 2, 3]))]
+        rng = random.Random('%d:%d:async' % (self.cfg.seed, rnd))
+        if rng.random() < 0.2:
+            return events           # only the others' faults this round
+        kinds = ASYNC_ACTION_KINDS if self.cfg.faultinject else \
+            [k for k in ASYNC_ACTION_KINDS if k[0] != 'rule']
+        for k in range(rng.randint(1, 3)):
+            t = rng.uniform(0.5, dur * 0.75)
+            kind = wchoice(rng, kinds)[0]
+            if kind == 'kill-leg':
+                events.append((t, 'kill-leg', ASYNC))
+                events.append((t + rng.uniform(0.3, 5), 'restart-leg', ASYNC))
+            elif kind == 'remove-add':
+                blank = rng.random() < 0.5
+                events.append((t, 'remove', ASYNC))
+                events.append((t + rng.uniform(0.3, 3), 'add-blank' if blank else 'add',
+                               ASYNC))
+            elif kind == 'fail-resync':
+                events.append((t, 'fail', ASYNC))
+                events.append((t + rng.uniform(0.3, 4), 'resync', ASYNC))
+            elif kind == 'kill-controller-behind':
+                events.append((t, 'kill-controller-behind', None))
+                events.append((t + rng.uniform(0, 2), 'start-controller', None))
+            else:
+                rk = wchoice(rng, [r for r in RULE_KINDS if not r[3]])
+                words = rk[2]
+                if 'hold' in words:
+                    words += ' secs=%d' % (self.cfg.timeout + rng.randint(1, 4))
+                skip = rng.choice([0, 0, 1, 3, 10, 30]) if 'range=' not in words \
+                    else rng.choice([0, 0, 1, 2])
+                cnt = rng.choice([1, 1, 1, 2, 3, 8])
+                rid = '%s.r%da%d' % (rk[0], rnd, k)
+                line = 'id=%s %s skip=%d count=%d' % (rid, words, skip, cnt)
+                events.append((t, 'arm', ((ASYNC,), line)))
+                events.append((t + rng.uniform(1, 6), 'disarm', ((ASYNC,), rid)))
+        return events
 
     def leg_ok_for(self, kind, leg):
         if self.cfg.shape == 'filter' and leg == 0:
@@ -861,6 +1020,10 @@ class Campaign:
             self.restart_replica(arg)
         elif kind == 'kill-controller':
             self.kill_controller()
+        elif kind == 'kill-controller-behind':
+            self.kill_controller(async_behind=True)
+        elif kind == 'async-snapshot':
+            self.async_snapshot()
         elif kind == 'start-controller':
             self.ensure_controller()
         elif kind in ('fail', 'resync', 'resync-full', 'remove'):
@@ -932,15 +1095,32 @@ class Campaign:
             time.sleep(wait)
             self.hold_armed = False
 
-    def kill_controller(self):
+    def kill_controller(self, async_behind=False):
         if not self.ctl_server.alive():
             self.act('kill -9 controller: already down')
             return
         self.drain_holds()
+        how = ''
+        if async_behind:
+            # Wait (a little) until the asynchronous leg holds less than
+            # the volume: writes queued or unflushed, or behind.
+            deadline = now() + 3
+            while True:
+                a = self.async_sample()
+                if a is not None and (a['state'] != 'replicating' or a['lag_bytes'] > 0):
+                    how = ' (async leg %s, lag %d bytes)' % (a['state'], a['lag_bytes'])
+                    self.count('kill-controller-async-%s' % (
+                        'lagging' if a['state'] == 'replicating' else a['state']))
+                    break
+                if now() >= deadline:
+                    how = ' (async leg not behind: %s)' % (a and a['state'])
+                    self.count('kill-controller-async-caught-up')
+                    break
+                time.sleep(0.1)
         self.ctl_server.kill9()
         self.killed_ctl = True
         self.count('kill-controller')
-        self.act('kill -9 controller')
+        self.act('kill -9 controller' + how)
 
     def ensure_controller(self):
         if self.ctl_server.alive():
@@ -998,24 +1178,49 @@ class Campaign:
                 f.truncate(64 * MiB)
             r.start()
             self.count('blank-leg')
-        rc, out, err = self.nbdrep('add', self.ctl, self.uris[i])
+        extra = ('--async',) if i == ASYNC else ()
+        rc, out, err = self.nbdrep('add', self.ctl, self.uris[i], *extra)
         if rc == 0:
-            self.count('add')
-        self.act('nbdrep add %s (leg %d%s): rc=%s %s'
-                 % (self.uris[i], i, ', blanked' if blank else '', rc,
-                    (out + ' ' + err).strip()[:200]))
+            self.count('add-async' if i == ASYNC else 'add')
+        self.act('nbdrep add %s%s (leg %d%s): rc=%s %s'
+                 % (self.uris[i], ' --async' if extra else '', i,
+                    ', blanked' if blank else '', rc, (out + ' ' + err).strip()[:200]))
+        if rc != 0 and i == ASYNC and not blank and 'split brain' in out + err:
+            # The asynchronous leg's generation is its last full
+            # resync's: once more than 32 bumps old it has left the
+            # history, and its own storage is refused when added back
+            # (test-async-readd-old-gen.sh).
+            text = ('nbdrep add --async of the asynchronous leg\'s own storage, '
+                    'removed moments ago, was refused: %s' % (out + ' ' + err).strip())
+            if 'old-gen' not in self.cfg.async_known:
+                self.violation('async-readd-refused', text + '\n' + self.status_dump())
+                return
+            self.suspects.append('round %d: %s (known: test-async-readd-old-gen.sh); '
+                                 'added again blank' % (self.round, text))
+            self.count('async-readd-refused')
+            self.add_leg(i, True)
 
     # -- a round --------------------------------------------------------------
 
     def run_round(self, rnd):
         self.round = rnd
+        if self.cfg.async_leg:
+            self.reconfigure(rnd)
+            if self.violations:
+                return
         dur, victims, events = self.make_schedule(rnd)
-        say('=== round %d: %.1f s, victims %s, schedule:' % (rnd, dur, victims))
+        say('=== round %d: %.1f s, victims %s%s, schedule:'
+            % (rnd, dur, victims, '' if not self.cfg.async_leg else
+               ', async leg: async-buffer=%s async-full=%s delay-write=%s'
+               % (self.async_params[0] or 'default', self.async_params[1],
+                  self.async_delay or 'none')))
         for ev in events:
             say('      +%6.2f %s %s' % (ev[0], ev[1], fmt_arg(ev[2])))
         self.history.append((stamp(), rnd, 'round %d schedule: %s'
                              % (rnd, '; '.join('+%.2f %s %s' % (e[0], e[1], fmt_arg(e[2]))
                                                for e in events))))
+        self.round_ops = len(self.ops)
+        self.snapshots = []
         for w in self.writers:
             w.rng = random.Random('%d:%d:w%d' % (self.cfg.seed, rnd, w.w))
         for w in self.writers:
@@ -1032,10 +1237,15 @@ class Campaign:
             if self.violations:
                 break
             self.watch_processes()
+            if self.cfg.async_leg and now() >= self.last_sample + 1:
+                self.last_sample = now()
+                self.async_sample()
             if not pending and t >= dur:
                 break
             time.sleep(0.05)
         self.quiesce()
+        if not self.violations and self.snapshots:
+            self.check_snapshots()
         if not self.violations:
             self.oracle()
         self.count_firings()
@@ -1123,7 +1333,7 @@ class Campaign:
         rc, out, err = self.nbdrep('set', self.ctl, 'resync-rate', '0')
         # Legs removed (and not added back) come back now.
         st = self.status()
-        for i in range(3):
+        for i in ([0, 1, 2, ASYNC] if self.cfg.async_leg else [0, 1, 2]):
             if not self.leg_ok_for('add', i):
                 continue
             idx, state = self.leg_index(st, i)
@@ -1154,11 +1364,294 @@ class Campaign:
                     return
             time.sleep(0.3)
         self.healthy_status = st
+        if self.cfg.async_leg and not self.wait_async(deadline):
+            return
         say('round %d: healthy (generation %s); writers so far: %s'
             % (self.round, st['volume']['generation'],
                ', '.join('w%d %d acked/%d failed/%d reads' % (w.w, w.stats['acked'],
                                                            w.stats['errors'], w.stats['reads'])
                          for w in self.writers)))
+
+    def stop_controller(self):
+        """Stop the controller with SIGTERM, as an operator would; it must
+        exit cleanly within 60 s."""
+        if not self.ctl_server.alive():
+            return
+        rc, hung = self.ctl_server.stop(60)
+        self.killed_ctl = True      # not a crash
+        if hung:
+            unloaded = 'debug: replicate: unload' in open(
+                self.ctl_server.log, errors='replace').read()
+            if not (self.cfg.preload and unloaded):
+                self.violation('shutdown-hang', 'the controller did not exit within '
+                               '60 s of SIGTERM')
+        elif rc != 0:
+            self.check_sanitizer()
+            if not any(v['kind'] == 'sanitizer' for v in self.violations):
+                text = tail(self.ctl_server.log, 60)
+                if not ('LeakSanitizer' in text and 'replicate' not in text):
+                    self.violation('controller-exit', 'the controller exited with '
+                                   'status %s after SIGTERM:\n%s' % (rc, text))
+
+    # -- the asynchronous leg ---------------------------------------------------
+
+    def async_leg(self, st):
+        """The asynchronous leg's entry in status ST, or None (removed)."""
+        if st is None:
+            return None
+        for l in st['legs']:
+            if l['uri'] == self.uris[ASYNC] and l['state'] != 'removed':
+                return l
+        return None
+
+    def async_sample(self):
+        """The asynchronous leg's async object now (state, lag_bytes ...),
+        or None; remembered for the summary."""
+        l = self.async_leg(self.status())
+        a = l and l.get('async')
+        if a is None:
+            return None
+        key = '%s/%s' % (l['state'], a['state'])
+        self.async_seen[key] = self.async_seen.get(key, 0) + 1
+        self.async_max_lag = max(self.async_max_lag, a.get('lag_bytes', 0))
+        self.async_max_pull_aheads = max(self.async_max_pull_aheads,
+                                         a.get('pull_aheads', 0))
+        return a
+
+    def async_snapshot(self):
+        """Freeze the asynchronous leg's replica (SIGSTOP: a request it
+        is applying completes its pwrite first) and copy its data area,
+        if the status says the leg is consistent before and during the
+        freeze; checked after the round (check_snapshots)."""
+        r = self.replicas[ASYNC]
+
+        def consistent():
+            l = self.async_leg(self.status())
+            a = l and l.get('async')
+            if a is None or not a.get('consistent') or l['resync'] is not None:
+                return None
+            return '%s/%s lag %d' % (l['state'], a['state'], a['lag_bytes'])
+        if not r.alive():
+            self.act('async snapshot: replica %d is down: skipped' % ASYNC)
+            return
+        before = consistent()
+        if before is None:
+            self.act('async snapshot: the leg is not consistent: skipped')
+            self.count('async-snapshot-skipped')
+            return
+        pid = r.proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            during = consistent()
+            data = None
+            if during is not None:
+                data = self.read_all(path=os.path.join(self.tmpdir, 'r%d.img' % ASYNC))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        if data is None:
+            self.act('async snapshot: the leg is no longer consistent: skipped')
+            self.count('async-snapshot-skipped')
+            return
+        self.snapshots.append((now(), data, 'before: %s; frozen: %s' % (before, during)))
+        self.count('async-snapshot')
+        self.act('async snapshot %d taken (before: %s; frozen: %s)'
+                 % (len(self.snapshots), before, during))
+
+    def check_snapshots(self):
+        """Every snapshot of the asynchronous leg must be a crash-consistent
+        state: valid blocks only; and if it holds a write issued after a
+        flush F was acknowledged, it holds, per block, a value the volume
+        could have held after F (every write acknowledged before F was
+        issued is there or overwritten by one not ordered before it).
+        Sound with concurrent writers: see the rules below."""
+        t = now()
+        nblocks = self.size // BLOCK
+        start_vals, start_t = self.round_start
+        ops = self.ops[self.round_ops:]
+        by_id = {}
+        per_block = {}
+        for o in ops:
+            w, seq, op, off, length, fua, issue, complete, res = o
+            value = (w, seq) if op == 'write' else 'Z'
+            if op == 'write':
+                by_id[(w, seq)] = o
+            for b in range(off // BLOCK, (off + length) // BLOCK):
+                per_block.setdefault(b, []).append((value, issue, complete, res == 'ack'))
+        flushes = sorted(self.flushes)
+        for n, (taken, data, why) in enumerate(self.snapshots, 1):
+            vals = [identify(self.tag, data[b * BLOCK:(b + 1) * BLOCK], b * BLOCK)
+                    for b in range(nblocks)]
+            bad = [b for b in range(nblocks) if not (vals[b] == 'Z' or
+                                                      isinstance(vals[b], tuple))]
+            # The newest write it holds, by issue time: every flush
+            # acknowledged before that write was issued has its epoch
+            # flushed on the leg (the marker is queued when the flush
+            # starts, the write after it is issued).
+            t_new = max([by_id[v][6] for v in vals if v in by_id] or [0.0])
+            fl = [f for f in flushes if f[1] < t_new and f[0] >= start_t]
+            # With no such flush: the round's start (a flush) plus any
+            # of the round's requests.
+            fi = fl[-1][0] if fl else float('inf')
+            allowed = {}
+            for b in range(nblocks):
+                if b in bad:
+                    continue
+                # The candidates after F, as the model computes them
+                # (an acknowledged write W drops what completed before
+                # W was issued), from the round's start: those that
+                # completed before F was issued, then all the others.
+                cands = [(start_vals[b], start_t, start_t, True)]
+                later = []
+                for e in per_block.get(b, ()):
+                    if fi == float('inf'):
+                        later.append(e)
+                    elif e[2] < fi:
+                        if e[3]:
+                            cands = [c for c in cands if c[2] >= e[1]]
+                        cands.append(e)
+                    else:
+                        later.append(e)
+                if vals[b] not in [c[0] for c in cands + later]:
+                    bad.append(b)
+                    allowed[b] = cands + later
+            if bad:
+                bad.sort()
+                self.violation('async-inconsistent',
+                               'snapshot %d of the asynchronous leg (taken at %.2f, %s) '
+                               'is not a crash-consistent state in %d blocks (its newest '
+                               'write was issued at %.2f, after the flush issued at %s '
+                               'was acknowledged):\n%s'
+                               % (n, taken - T0, why, len(bad), t_new - T0,
+                                  '%.2f' % (fi - T0) if fl else 'none',
+                                  self.describe_snapshot(bad, vals, allowed)),
+                               blocks=bad)
+                path = os.path.join(self.tmpdir, 'async-snapshot-r%d-%d.img' % (self.round, n))
+                with open(path, 'wb') as f:
+                    f.write(data)
+                say('snapshot kept as %s' % path)
+                break
+        say('round %d: %d snapshots of the asynchronous leg checked (%.1f s)'
+            % (self.round, len(self.snapshots), now() - t))
+        if not self.violations:
+            self.async_snapshots_checked += len(self.snapshots)
+        self.snapshots = []
+
+    def describe_snapshot(self, bad, vals, allowed, limit=20):
+        """What the snapshot holds at the first BAD blocks, and what the
+        check allowed there."""
+        lines = []
+        for b in bad[:limit]:
+            lines.append('  block 0x%x: the snapshot holds %s; allowed: %s'
+                         % (b * BLOCK, vname(vals[b]),
+                            ', '.join('%s(%s, issued %.2f, done %.2f)'
+                                      % (vname(e[0]), 'acked' if e[3] else 'not acked',
+                                         e[1] - T0, e[2] - T0)
+                                      for e in allowed.get(b, ())) or 'a valid block'))
+            lines.append('    last requests over 0x%x: %s' % (b * BLOCK, self.ops_over(b * BLOCK)))
+        if len(bad) > limit:
+            lines.append('  ... and %d more blocks' % (len(bad) - limit))
+        return '\n'.join(lines)
+
+    def reconfigure(self, rnd):
+        """Give the asynchronous leg round RND's configuration (see
+        async_config): restart the controller cleanly if async-buffer or
+        async-full change, and the leg's replica if its delay does."""
+        params, delay = async_config(self.cfg.seed, rnd)
+        if params == self.async_params and delay == self.async_delay:
+            return
+        if params != self.async_params:
+            self.stop_controller()
+            self.async_params = params
+            self.count('async-reconfigure-controller')
+        if delay != self.async_delay:
+            self.async_delay = delay
+            # kill -9: nbdkit waits for its client (the controller) on
+            # SIGTERM; the file legs keep their data either way.
+            r = self.replicas[ASYNC]
+            r.kill9()
+            ok = r.start()
+            self.count('async-delay-switch')
+            if not ok:
+                raise RuntimeError('replica %d did not start (see %s)' % (ASYNC, r.log))
+        self.act('async leg: async-buffer=%s async-full=%s, replica delay-write=%s'
+                 % (params[0] or 'default', params[1], delay or 'none'))
+        self.ensure_controller()
+
+    def flush_volume(self):
+        """A flush through the controller (ends the asynchronous leg's
+        epoch).  Returns an error text or None."""
+        try:
+            h = nbd.NBD()
+            h.connect_uri(self.ctl_server.uri)
+            h.flush()
+            h.shutdown()
+            return None
+        except nbd.Error as e:
+            return str(e)
+
+    def wait_async(self, deadline):
+        """After the round: wait until the asynchronous leg replicates
+        again and, after a flush, holds everything (no lag, empty buffer).
+        Returns False after a violation."""
+        next_nudge = now() + 15
+        flushed = False
+        stuck_since = None
+        while True:
+            st = self.status()
+            l = self.async_leg(st)
+            a = l and l.get('async')
+            # The known defect of test-async-fail-unflushed.sh: stale,
+            # behind, nothing in the buffer, no resync, for good.
+            if a is not None and l['state'] == 'stale' and a['state'] == 'behind' \
+                    and a['buffer_used'] == 0 and l['resync'] is None:
+                stuck_since = stuck_since or now()
+            else:
+                stuck_since = None
+            if stuck_since and now() - stuck_since > 30 and \
+                    'stuck-behind' in self.cfg.async_known:
+                self.suspects.append('round %d: the asynchronous leg stayed stale and '
+                                     'behind with nothing in its buffer for 30 s (known: '
+                                     'test-async-fail-unflushed.sh): %s; controller '
+                                     'restarted' % (self.round, json.dumps(a)))
+                self.count('async-stuck-behind')
+                self.act('async leg stuck behind (known defect): restarting the controller')
+                self.stop_controller()
+                if not self.ensure_controller():
+                    return False
+                stuck_since = None
+                continue
+            if a is not None and l['state'] == 'syncing' and l['resync'] is None \
+                    and a['state'] == 'replicating' and a.get('consistent', True):
+                if not flushed:
+                    err = self.flush_volume()
+                    if err is not None:
+                        self.act('flush through the controller failed: %s' % err)
+                    else:
+                        flushed = True
+                    continue
+                if a['lag_bytes'] == 0 and a['buffer_used'] == 0:
+                    self.async_status = l
+                    return True
+            else:
+                flushed = False
+            if now() >= deadline:
+                self.violation('hang', 'the asynchronous leg has not caught up %d s '
+                               'after the round (replicating, consistent, no lag after '
+                               'a flush)\n%s' % (self.cfg.healthy_secs, self.status_dump()))
+                return False
+            if l is None and st is not None and now() >= next_nudge:
+                next_nudge = now() + 15
+                self.add_leg(ASYNC, False)
+            elif l is not None and now() >= next_nudge and \
+                    l['state'] in ('failed', 'stale'):
+                next_nudge = now() + 15
+                rc, out, err = self.nbdrep('resync', self.ctl, str(l['index']))
+                self.act('nudge: nbdrep resync %s (async leg, %s/%s): rc=%s %s'
+                         % (l['index'], l['state'], a and a['state'], rc, (out + err)[:200]))
+            if not self.ctl_server.alive():
+                if not self.ensure_controller():
+                    return False
+            time.sleep(0.3)
 
     def status_dump(self):
         st = self.status()
@@ -1224,10 +1717,91 @@ class Campaign:
                            % (i, len(diff), self.describe(diff, {'controller': observed,
                                                                  'leg %d' % i: lobs})),
                            blocks=diff)
+        # The asynchronous leg, caught up (quiesce waited for it: it
+        # replicates, and after a flush nothing is queued or unflushed):
+        # its data area must be the volume's too.  It is syncing, never
+        # uptodate, so the loop above does not look at it.
+        nasync = 0
+        if self.cfg.async_leg:
+            try:
+                ad = self.read_all(uri=self.replicas[ASYNC].uri)
+            except (nbd.Error, OSError) as e:
+                self.violation('read-error', 'reading the asynchronous leg directly '
+                               'failed: %s' % e)
+                return
+            nasync = 1
+            if ad != data and 'failed-write' in self.cfg.async_known:
+                ad = self.known_failed_writes(ad, data, observed)
+                if ad is None:
+                    return
+            if ad != data:
+                diff = [b for b in range(nblocks)
+                        if ad[b * BLOCK:(b + 1) * BLOCK] != data[b * BLOCK:(b + 1) * BLOCK]]
+                aobs = [identify(self.tag, ad[b * BLOCK:(b + 1) * BLOCK], b * BLOCK)
+                        for b in range(nblocks)]
+                a = self.async_status
+                self.violation('async-differs', 'the asynchronous leg (replica %d, leg %d, '
+                               'caught up: %s) differs from the volume read through '
+                               'the controller in %d blocks:\n%s'
+                               % (ASYNC, a['index'], json.dumps(a['async']), len(diff),
+                                  self.describe(diff, {'controller': observed,
+                                                       'async leg': aobs})),
+                               blocks=diff)
+            else:
+                self.async_checked += 1
         if not self.violations:
             self.model.collapse(observed, t)
-            say('round %d: oracle ok: %d blocks checked on the volume and %d legs (%.1f s)'
-                % (self.round, nblocks, len(legs), now() - t))
+            self.round_start = (observed, t)
+            say('round %d: oracle ok: %d blocks checked on the volume, %d legs%s (%.1f s)'
+                % (self.round, nblocks, len(legs),
+                   ' and the asynchronous leg' if nasync else '', now() - t))
+
+    def known_failed_writes(self, ad, data, observed):
+        """TORTURE_ASYNC_KNOWN=failed-write: the known defect of
+        test-async-refused-write.sh (the asynchronous leg keeps a write
+        the client got an error for and the volume does not hold) is a
+        suspect, not a violation, when it is all that differs: those
+        blocks are written again through the controller with the
+        volume's data, and the leg read again once caught up.  Returns
+        the leg's data then (None after a violation)."""
+        nblocks = self.size // BLOCK
+        diff = [b for b in range(nblocks)
+                if ad[b * BLOCK:(b + 1) * BLOCK] != data[b * BLOCK:(b + 1) * BLOCK]]
+        known = []
+        for b in diff:
+            v = identify(self.tag, ad[b * BLOCK:(b + 1) * BLOCK], b * BLOCK)
+            if not any(e[0] == v and not e[3] for e in self.model.entries(b)):
+                return ad           # something else: a violation
+            known.append(b)
+        aobs = {b: identify(self.tag, ad[b * BLOCK:(b + 1) * BLOCK], b * BLOCK)
+                for b in known}
+        self.count('async-kept-failed-write', len(known))
+        self.suspects.append('round %d: the asynchronous leg kept writes the client got '
+                             'an error for and the volume does not hold (known: '
+                             'test-async-refused-write.sh) in %d blocks:\n%s'
+                             % (self.round, len(known),
+                                self.describe(known, {'controller': observed,
+                                                      'async leg': aobs})))
+        self.act('async leg: %d blocks hold failed writes the volume does not '
+                 '(known defect): writing them again' % len(known))
+        try:
+            h = nbd.NBD()
+            h.connect_uri(self.ctl_server.uri)
+            for b in known:
+                h.pwrite(data[b * BLOCK:(b + 1) * BLOCK], b * BLOCK)
+            h.flush()
+            h.shutdown()
+        except nbd.Error as e:
+            self.violation('read-error', 'writing the volume\'s data again failed: %s' % e)
+            return None
+        if not self.wait_async(now() + self.cfg.healthy_secs):
+            return None
+        try:
+            return self.read_all(uri=self.replicas[ASYNC].uri)
+        except (nbd.Error, OSError) as e:
+            self.violation('read-error', 'reading the asynchronous leg directly '
+                           'failed: %s' % e)
+            return None
 
     def describe(self, bad, sides, limit=40):
         """Group BAD blocks into runs and say what each side holds."""
@@ -1292,21 +1866,7 @@ class Campaign:
         if self.verify_proc is not None and self.verify_proc.poll() is None:
             self.verify_proc.kill()
             self.verify_proc.wait(timeout=30)
-        if self.ctl_server.alive():
-            rc, hung = self.ctl_server.stop(60)
-            if hung:
-                unloaded = 'debug: replicate: unload' in open(
-                    self.ctl_server.log, errors='replace').read()
-                if not (self.cfg.preload and unloaded):
-                    self.violation('shutdown-hang', 'the controller did not exit within '
-                                   '60 s of SIGTERM')
-            elif rc != 0:
-                self.check_sanitizer()
-                if not any(v['kind'] == 'sanitizer' for v in self.violations):
-                    text = tail(self.ctl_server.log, 60)
-                    if not ('LeakSanitizer' in text and 'replicate' not in text):
-                        self.violation('controller-exit', 'the controller exited with '
-                                       'status %s after SIGTERM:\n%s' % (rc, text))
+        self.stop_controller()
         self.check_sanitizer()
         for i in self.leg_servers():
             self.replicas[i].stop(3)
@@ -1338,9 +1898,10 @@ def main():
                        ('nbdrep', cfg.nbdrep)):
         if not os.path.exists(path):
             sys.exit('torture: the %s is not built: %s' % (what, path))
-    say('torture: TORTURE_SEED=%d TORTURE_SECONDS=%d TORTURE_SHAPE=%s%s; fault filter: %s'
+    say('torture: TORTURE_SEED=%d TORTURE_SECONDS=%d TORTURE_SHAPE=%s%s%s; fault filter: %s'
         % (cfg.seed, cfg.seconds, cfg.shape,
            ' TORTURE_ROUNDS=%d' % cfg.rounds if cfg.rounds else '',
+           '' if cfg.async_leg else ' TORTURE_ASYNC=0',
            cfg.faultinject or 'not built (rule faults disabled)'))
     if cfg.preload:
         say('torture: sanitizer %s: controller preloads %s' % (cfg.sanitizer, cfg.preload))
@@ -1376,7 +1937,8 @@ def main():
     reads = sum(w.stats['reads'] for w in camp.writers)
     print()
     print('===== torture summary =====')
-    print('seed: %d (replay: TORTURE_SEED=%d TORTURE_SHAPE=%s)' % (cfg.seed, cfg.seed, cfg.shape))
+    print('seed: %d (replay: TORTURE_SEED=%d TORTURE_SHAPE=%s%s)'
+          % (cfg.seed, cfg.seed, cfg.shape, '' if cfg.async_leg else ' TORTURE_ASYNC=0'))
     print('rounds: %d in %.0f s' % (rounds, now() - T0))
     print('requests: %d acknowledged, %d failed; %d online read checks'
           % (acked, errs, reads))
@@ -1386,6 +1948,14 @@ def main():
                 if not k.startswith(('verify-done', 'rule-armed', 'restart-',
                                      'replica-exited', 'verify-mismatch',
                                      'replica-crashed'))}
+    if cfg.async_leg:
+        print('asynchronous leg: compared equal to the volume after %d rounds; '
+              '%d snapshots found crash-consistent; '
+              'states sampled while faults ran: %s; largest lag %d bytes, '
+              'pull-aheads of one controller up to %d'
+              % (camp.async_checked, camp.async_snapshots_checked,
+                 ', '.join('%s %d' % kv for kv in sorted(camp.async_seen.items())),
+                 camp.async_max_lag, camp.async_max_pull_aheads))
     print('faults injected: %d (by kind below; rule-armed, restart-*, '
           'verify-done-rc* and replica-exited are not counted)' % sum(injected.values()))
     for k in sorted(camp.faults):
