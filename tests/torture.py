@@ -77,22 +77,15 @@
 # epoch is on the leg, so per block it holds a candidate of the model
 # as of F's issue (acknowledged writes drop what completed before they
 # were issued) or a request that completed after that (else
-# "async-inconsistent").  TORTURE_ASYNC_KNOWN=failed-write turns the
-# known defect of test-async-refused-write.sh (r3 keeps a write the
-# client got an error for, which the volume does not hold) into a
-# suspect, when it is all that differs, and writes those blocks again;
-# TORTURE_ASYNC_KNOWN=old-gen that of test-async-readd-old-gen.sh (r3,
-# removed, is refused as a split brain when added back with its data:
-# a suspect, and r3 is added blank); TORTURE_ASYNC_KNOWN=stuck-behind
-# that of test-async-fail-unflushed.sh (r3 stale and behind for good
-# with nothing in its buffer: a suspect after 30 s, and the controller
-# is restarted).  All: failed-write,old-gen,stuck-behind.
+# "async-inconsistent").  The three defects the campaign found with
+# its asynchronous leg have tests of their own:
+# test-async-refused-write.sh, test-async-readd-old-gen.sh and
+# test-async-fail-unflushed.sh.
 #
 # Environment: TORTURE_SECONDS (600), TORTURE_SEED (random, printed),
 # TORTURE_ROUNDS (no limit), TORTURE_SHAPE (plugin|filter), TORTURE_WRITERS
 # (3), TORTURE_TIMEOUT (controller timeout=, 3), TORTURE_HEALTHY_SECS
-# (120), TORTURE_ASYNC (1; 0: no asynchronous leg), TORTURE_ASYNC_KNOWN
-# (empty; failed-write,old-gen,stuck-behind), KEEP_TMPDIR=1;
+# (120), TORTURE_ASYNC (1; 0: no asynchronous leg), KEEP_TMPDIR=1;
 # paths: NBDKIT, PLUGIN, FILTER, NBDREP, FAULTINJECT
 # (optional), SANITIZER and CC (to preload the sanitizer runtime), or
 # abs_top_builddir to derive them.
@@ -161,7 +154,6 @@ class Config:
         self.timeout = env_int('TORTURE_TIMEOUT', 3)
         self.healthy_secs = env_int('TORTURE_HEALTHY_SECS', 120)
         self.async_leg = os.environ.get('TORTURE_ASYNC', '1') != '0'
-        self.async_known = set(os.environ.get('TORTURE_ASYNC_KNOWN', '').split(','))
         self.keep = os.environ.get('KEEP_TMPDIR', '0') == '1'
         self.preload = None
         if self.sanitizer in ('address', 'thread'):
@@ -351,7 +343,6 @@ class Writer(threading.Thread):
         self.h = None
         self.stop_ev = threading.Event()
         self.rng = None
-        self.stuck_since = None
         self.current = None
         self.stats = {'acked': 0, 'errors': 0, 'reads': 0, 'read_errors': 0,
                       'reconnects': 0}
@@ -1192,13 +1183,7 @@ class Campaign:
             # (test-async-readd-old-gen.sh).
             text = ('nbdrep add --async of the asynchronous leg\'s own storage, '
                     'removed moments ago, was refused: %s' % (out + ' ' + err).strip())
-            if 'old-gen' not in self.cfg.async_known:
-                self.violation('async-readd-refused', text + '\n' + self.status_dump())
-                return
-            self.suspects.append('round %d: %s (known: test-async-readd-old-gen.sh); '
-                                 'added again blank' % (self.round, text))
-            self.count('async-readd-refused')
-            self.add_leg(i, True)
+            self.violation('async-readd-refused', text + '\n' + self.status_dump())
 
     # -- a round --------------------------------------------------------------
 
@@ -1595,31 +1580,10 @@ class Campaign:
         Returns False after a violation."""
         next_nudge = now() + 15
         flushed = False
-        stuck_since = None
         while True:
             st = self.status()
             l = self.async_leg(st)
             a = l and l.get('async')
-            # The known defect of test-async-fail-unflushed.sh: stale,
-            # behind, nothing in the buffer, no resync, for good.
-            if a is not None and l['state'] == 'stale' and a['state'] == 'behind' \
-                    and a['buffer_used'] == 0 and l['resync'] is None:
-                stuck_since = stuck_since or now()
-            else:
-                stuck_since = None
-            if stuck_since and now() - stuck_since > 30 and \
-                    'stuck-behind' in self.cfg.async_known:
-                self.suspects.append('round %d: the asynchronous leg stayed stale and '
-                                     'behind with nothing in its buffer for 30 s (known: '
-                                     'test-async-fail-unflushed.sh): %s; controller '
-                                     'restarted' % (self.round, json.dumps(a)))
-                self.count('async-stuck-behind')
-                self.act('async leg stuck behind (known defect): restarting the controller')
-                self.stop_controller()
-                if not self.ensure_controller():
-                    return False
-                stuck_since = None
-                continue
             if a is not None and l['state'] == 'syncing' and l['resync'] is None \
                     and a['state'] == 'replicating' and a.get('consistent', True):
                 if not flushed:
@@ -1730,10 +1694,6 @@ class Campaign:
                                'failed: %s' % e)
                 return
             nasync = 1
-            if ad != data and 'failed-write' in self.cfg.async_known:
-                ad = self.known_failed_writes(ad, data, observed)
-                if ad is None:
-                    return
             if ad != data:
                 diff = [b for b in range(nblocks)
                         if ad[b * BLOCK:(b + 1) * BLOCK] != data[b * BLOCK:(b + 1) * BLOCK]]
@@ -1755,53 +1715,6 @@ class Campaign:
             say('round %d: oracle ok: %d blocks checked on the volume, %d legs%s (%.1f s)'
                 % (self.round, nblocks, len(legs),
                    ' and the asynchronous leg' if nasync else '', now() - t))
-
-    def known_failed_writes(self, ad, data, observed):
-        """TORTURE_ASYNC_KNOWN=failed-write: the known defect of
-        test-async-refused-write.sh (the asynchronous leg keeps a write
-        the client got an error for and the volume does not hold) is a
-        suspect, not a violation, when it is all that differs: those
-        blocks are written again through the controller with the
-        volume's data, and the leg read again once caught up.  Returns
-        the leg's data then (None after a violation)."""
-        nblocks = self.size // BLOCK
-        diff = [b for b in range(nblocks)
-                if ad[b * BLOCK:(b + 1) * BLOCK] != data[b * BLOCK:(b + 1) * BLOCK]]
-        known = []
-        for b in diff:
-            v = identify(self.tag, ad[b * BLOCK:(b + 1) * BLOCK], b * BLOCK)
-            if not any(e[0] == v and not e[3] for e in self.model.entries(b)):
-                return ad           # something else: a violation
-            known.append(b)
-        aobs = {b: identify(self.tag, ad[b * BLOCK:(b + 1) * BLOCK], b * BLOCK)
-                for b in known}
-        self.count('async-kept-failed-write', len(known))
-        self.suspects.append('round %d: the asynchronous leg kept writes the client got '
-                             'an error for and the volume does not hold (known: '
-                             'test-async-refused-write.sh) in %d blocks:\n%s'
-                             % (self.round, len(known),
-                                self.describe(known, {'controller': observed,
-                                                      'async leg': aobs})))
-        self.act('async leg: %d blocks hold failed writes the volume does not '
-                 '(known defect): writing them again' % len(known))
-        try:
-            h = nbd.NBD()
-            h.connect_uri(self.ctl_server.uri)
-            for b in known:
-                h.pwrite(data[b * BLOCK:(b + 1) * BLOCK], b * BLOCK)
-            h.flush()
-            h.shutdown()
-        except nbd.Error as e:
-            self.violation('read-error', 'writing the volume\'s data again failed: %s' % e)
-            return None
-        if not self.wait_async(now() + self.cfg.healthy_secs):
-            return None
-        try:
-            return self.read_all(uri=self.replicas[ASYNC].uri)
-        except (nbd.Error, OSError) as e:
-            self.violation('read-error', 'reading the asynchronous leg directly '
-                           'failed: %s' % e)
-            return None
 
     def describe(self, bad, sides, limit=40):
         """Group BAD blocks into runs and say what each side holds."""
