@@ -55,7 +55,7 @@ cleanup_fn stop_driver
 
 wait_until 60 progress_at_least 1000
 wait_until 60 status_check "$ctl" 'leg(2)["async"]["state"] == "replicating"'
-wait_until 60 progress_at_least 8000
+wait_until 60 progress_at_least 4000
 status_check "$ctl" "s['volume']['state'] == 'healthy' and
   leg(2)['async']['state'] == 'replicating' and
   leg(2)['async']['pull_aheads'] == 0 and leg(2)['writes'] > 1000"
