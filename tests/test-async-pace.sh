@@ -7,7 +7,7 @@
 #
 # The leg's server is slow (delay filter, 20 ms per write: with its 16
 # threads about 3 MiB/s of 4K writes) and its buffer small
-# (async-buffer=8M); a client writes 4K blocks at random, 16 in flight
+# (async-buffer=2M); a client writes 4K blocks at random, 16 in flight
 # (several times 3 MiB/s), for 8 s.  The leg falls behind at once.
 # While the client keeps writing, a catch-up would only fill the buffer
 # again and fall behind again: the leg must stay behind (one
@@ -33,7 +33,7 @@ start_replica 0 64M
 start_replica 1 64M
 start_replica 2 64M -- --filter=delay delay-write=20ms delay-zero=20ms
 start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" async="$r2_uri" \
-  async-buffer=8M control="$ctl"
+  async-buffer=2M control="$ctl"
 wait_volume_state 30 "$ctl" healthy
 wait_until 60 status_check "$ctl" 'leg(2)["async"]["state"] == "replicating"'
 
@@ -90,7 +90,7 @@ end = float(open(sys.argv[2]).read())
 rows = [l.split()[1:] for l in open(sys.argv[1])
         if l.strip() and float(l.split()[0]) < end]
 after = [r for r in rows if int(r[1]) >= 1]
-if len(after) < 5:
+if len(after) < 3:
     sys.exit('the leg fell behind late or never: %r' % rows)
 bad = [r for r in after if r != ['behind', '1']]
 if bad:
