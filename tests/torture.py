@@ -926,14 +926,8 @@ class Campaign:
                     kinds_ok = [r for r in RULE_KINDS
                                 if not any(p in r[2] for p in ('exit', 'drop'))]
                 rk = wchoice(rng, kinds_ok)
-                words = rk[2]
-                if 'hold' in words:
-                    words += ' secs=%d' % (self.cfg.timeout + rng.randint(1, 4))
-                skip = rng.choice([0, 0, 1, 3, 10, 30]) if 'range=' not in words \
-                    else rng.choice([0, 0, 1, 2])
-                cnt = rng.choice([1, 1, 1, 2, 3, 8])
                 rid = '%s.r%dn%d' % (rk[0], rnd, k)
-                line = 'id=%s %s skip=%d count=%d' % (rid, words, skip, cnt)
+                line = self.rule_line(rng, rk, rid)
                 targets = legs if rk[3] else [leg]
                 events.append((t, 'arm', (tuple(targets), line)))
                 events.append((t + rng.uniform(1, 6), 'disarm', (tuple(targets), rid)))
@@ -941,6 +935,17 @@ class Campaign:
             events += self.async_schedule(rnd, dur)
         events.sort(key=lambda e: e[0])
         return dur, victims, events
+
+    def rule_line(self, rng, rk, rid):
+        """A fault-filter rule of kind RK named RID, its hold, skip and
+        count drawn from RNG."""
+        words = rk[2]
+        if 'hold' in words:
+            words += ' secs=%d' % (self.cfg.timeout + rng.randint(1, 4))
+        skip = rng.choice([0, 0, 1, 3, 10, 30]) if 'range=' not in words \
+            else rng.choice([0, 0, 1, 2])
+        cnt = rng.choice([1, 1, 1, 2, 3, 8])
+        return 'id=%s %s skip=%d count=%d' % (rid, words, skip, cnt)
 
     def async_schedule(self, rnd, dur):
         """The asynchronous leg's own faults in round RND, and when its
@@ -972,14 +977,8 @@ class Campaign:
                 events.append((t + rng.uniform(0, 2), 'start-controller', None))
             else:
                 rk = wchoice(rng, [r for r in RULE_KINDS if not r[3]])
-                words = rk[2]
-                if 'hold' in words:
-                    words += ' secs=%d' % (self.cfg.timeout + rng.randint(1, 4))
-                skip = rng.choice([0, 0, 1, 3, 10, 30]) if 'range=' not in words \
-                    else rng.choice([0, 0, 1, 2])
-                cnt = rng.choice([1, 1, 1, 2, 3, 8])
                 rid = '%s.r%da%d' % (rk[0], rnd, k)
-                line = 'id=%s %s skip=%d count=%d' % (rid, words, skip, cnt)
+                line = self.rule_line(rng, rk, rid)
                 events.append((t, 'arm', ((ASYNC,), line)))
                 events.append((t + rng.uniform(1, 6), 'disarm', ((ASYNC,), rid)))
         return events
