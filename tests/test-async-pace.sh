@@ -5,14 +5,17 @@
 # pace with the volume again (issue 20: "then catches up with a resync
 # once the leg keeps pace again").
 #
-# The leg's server is slow (delay filter, 20 ms per write: with its 16
-# threads about 3 MiB/s of 4K writes) and its buffer small
+# The leg's server is slow (delay filter, 50 ms per write: with its 16
+# threads about 1.3 MiB/s of 4K writes, so that even a client slowed
+# down by a loaded machine writes several times that) and its buffer
+# small
 # (async-buffer=2M); a client writes 4K blocks at random, 16 in flight
-# (several times 3 MiB/s), for 8 s.  The leg falls behind at once.
+# (several times 1.3 MiB/s), for 8 s.  The leg falls behind at once.
 # While the client keeps writing, a catch-up would only fill the buffer
-# again and fall behind again: the leg must stay behind (one
-# pull-ahead, never catching-up) for as long as the load lasts, then
-# catch up on its own once the client stops.  Then the oracle: every
+# again and fall behind again: the leg must stay behind (no new
+# pull-ahead, never catching-up, over the last two thirds of the load)
+# for as long as the load lasts, then catch up on its own once the
+# client stops.  Then the oracle: every
 # acknowledged write reads back through the controller, and every leg,
 # the asynchronous one included, equals the model.
 
@@ -31,7 +34,7 @@ samples=$tmpdir/samples
 
 start_replica 0 64M
 start_replica 1 64M
-start_replica 2 64M -- --filter=delay delay-write=20ms delay-zero=20ms
+start_replica 2 64M -- --filter=delay delay-write=50ms delay-zero=50ms
 start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" async="$r2_uri" \
   async-buffer=2M control="$ctl"
 wait_volume_state 30 "$ctl" healthy
@@ -92,9 +95,14 @@ rows = [l.split()[1:] for l in open(sys.argv[1])
 after = [r for r in rows if int(r[1]) >= 1]
 if len(after) < 3:
     sys.exit('the leg fell behind late or never: %r' % rows)
-bad = [r for r in after if r != ['behind', '1']]
-if bad:
-    sys.exit('the leg did not stay behind while the load lasted: %r' % bad)
+# A leg that fell behind before any batch of its was measured may
+# start one catch-up for nothing; from then on it must stay behind: the
+# last two thirds of the samples all behind, with no new pull-ahead,
+# and at most 3 in all (without the rule: one every second or so).
+last = after[len(after) // 3:]
+final = after[-1]
+if final[0] != 'behind' or int(final[1]) > 3 or any(r != final for r in last):
+    sys.exit('the leg did not stay behind while the load lasted: %r' % after)
 EOF
 
 # The load is over: it catches up on its own.

@@ -1057,9 +1057,12 @@ wait_for_work_locked (struct async_leg *aq)
 }
 
 /* A batch sent while more was queued behind it, or while the buffer
- * was half full or more (the leg, not the volume, was the bottleneck)
- * tells how fast the leg takes writes: an average of such batches'
- * bytes per second (keeps_pace_locked).  aq->lock held.
+ * was half full or more, or answered after the leg fell behind (the
+ * leg, not the volume, was the bottleneck: the batch on its way when
+ * the buffer filled is measured even if it was taken alone, so that a
+ * leg that fell behind always has a rate before its catch-up is
+ * considered) tells how fast the leg takes writes: an average of such
+ * batches' bytes per second (keeps_pace_locked).  aq->lock held.
  */
 static void
 measure_leg_rate_locked (struct async_leg *aq, struct aentry **batch,
@@ -1147,7 +1150,7 @@ sender (void *arg)
     if (n > 0)
       err = send_batch (aq, batch, n);
     pthread_mutex_lock (&aq->lock);
-    if (err == 0 && backed_up)
+    if (err == 0 && (backed_up || aq->dropping))
       measure_leg_rate_locked (aq, batch, n, now_ns () - sent_ns);
     if (err == 0)
       batch_answered_locked (aq, batch, n);
