@@ -1373,7 +1373,8 @@ class Campaign:
             self.check_sanitizer()
             if not any(v['kind'] == 'sanitizer' for v in self.violations):
                 text = tail(self.ctl_server.log, 60)
-                if not ('LeakSanitizer' in text and 'replicate' not in text):
+                leak = text.find('ERROR: LeakSanitizer')
+                if not (leak >= 0 and self.only_nbdkit_leaks(text[leak:])):
                     self.violation('controller-exit', 'the controller exited with '
                                    'status %s after SIGTERM:\n%s' % (rc, text))
 
@@ -1760,11 +1761,23 @@ class Campaign:
             i = text.find(pat)
             if i < 0:
                 continue
-            report = text[max(0, i - 200):i + 4000]
-            if pat == 'ERROR: LeakSanitizer' and 'replicate' not in report:
-                continue            # nbdkit's own leak (see functions.sh.in)
+            if pat == 'ERROR: LeakSanitizer' and self.only_nbdkit_leaks(text[i:]):
+                continue
             self.violation('sanitizer', 'the controller log %s has a sanitizer report:\n%s'
-                           % (log, report))
+                           % (log, text[max(0, i - 200):i + 4000]))
+
+    def only_nbdkit_leaks(self, report):
+        """Is the LeakSanitizer report REPORT (from its ERROR line on) made
+        only of blocks the nbdkit binary allocated itself, the frame above
+        the allocator being in nbdkit?  nbdkit 1.32 leaks a connection's
+        context when SIGTERM comes while the connection closes (see
+        _only_nbdkit_leaks in functions.sh.in); a block our plugin or
+        filter allocated names our library and is reported."""
+        end = report.find('SUMMARY:')
+        callers = re.findall(r'^ +#1 .*$', report[:end if end >= 0 else None],
+                             re.MULTILINE)
+        binary = shutil.which(self.cfg.nbdkit) or self.cfg.nbdkit
+        return bool(callers) and all('(%s+0x' % binary in c for c in callers)
 
     # -- end ------------------------------------------------------------------
 
