@@ -869,6 +869,21 @@ sb_knows_gen (const struct superblock *sb, struct gen g)
   return false;
 }
 
+/* Is the leg whose own superblock is leg assigned its slot in r (the
+ * slot in range, assigned, and to that leg's UUID)?
+ */
+bool
+sb_owns_slot (const struct superblock *r, const struct superblock *leg)
+{
+  const struct sb_slot *s;
+
+  if (leg->slot >= r->max_legs)
+    return false;
+  s = &r->slots[leg->slot];
+  return (s->flags & SLOT_ASSIGNED) &&
+    memcmp (s->uuid, leg->leg_uuid, 16) == 0;
+}
+
 /* Push sb->gen onto the history (dropping the oldest when full). */
 void
 sb_push_gen (struct superblock *sb, struct gen next)

@@ -245,6 +245,9 @@ extern enum bm_page_kind bm_page_pick (const uint8_t *copies,
 extern bool gen_equal (struct gen a, struct gen b);
 /* Is g the superblock's generation or in its history? */
 extern bool sb_knows_gen (const struct superblock *sb, struct gen g);
+/* Is the leg whose own superblock is leg assigned its slot in r? */
+extern bool sb_owns_slot (const struct superblock *r,
+                          const struct superblock *leg);
 /* Push sb->gen onto the history and make next the generation. */
 extern void sb_push_gen (struct superblock *sb, struct gen next);
 

@@ -1180,6 +1180,18 @@ test_generations (void)
   CHECK (!sb_knows_gen (&sb, (struct gen) { 2, 0xa02 }));
   sb.history[5] = (struct gen) { 0, 0 };
 
+  {
+    struct superblock leg = sb;
+
+    CHECK (sb_owns_slot (&sb, &leg));
+    leg.slot = 2;                               /* another leg's slot */
+    CHECK (!sb_owns_slot (&sb, &leg));
+    leg.slot = 3;                               /* free */
+    CHECK (!sb_owns_slot (&sb, &leg));
+    leg.slot = sb.max_legs;                     /* out of range */
+    CHECK (!sb_owns_slot (&sb, &leg));
+  }
+
   sb_push_gen (&sb, (struct gen) { 11, 0xa11 });
   CHECK (sb.history_len == 4);
   CHECK (gen_equal (sb.gen, (struct gen) { 11, 0xa11 }));

@@ -29,6 +29,25 @@ now_ns (void)
   return clock_ns (CLOCK_MONOTONIC);
 }
 
+/* The timespec of time ns (nanoseconds, as clock_ns), the deadline
+ * pthread_cond_timedwait takes on a condition variable of that clock.
+ */
+static inline struct timespec
+ns_to_timespec (uint64_t ns)
+{
+  return (struct timespec) {
+    .tv_sec = (time_t) (ns / 1000000000),
+    .tv_nsec = (long) (ns % 1000000000),
+  };
+}
+
+/* The deadline ns nanoseconds from now on clock id. */
+static inline struct timespec
+deadline_after (clockid_t id, uint64_t ns)
+{
+  return ns_to_timespec (clock_ns (id) + ns);
+}
+
 /* Sleep ms milliseconds if a -D replicate.FLAG pause for tests is set,
  * saying so in the debug log ("WHERE: pausing MS ms WHAT").
  */

@@ -75,16 +75,14 @@ static enum verdict
 judge_sb_locked (struct volume *v, struct leg *l, const struct superblock *sb,
                  char *why, size_t len)
 {
-  const struct sb_slot *slot;
-  bool owns_slot;
+  const bool owns_slot = sb_owns_slot (&v->sb, sb);
 
   l->sb_seq = sb->seq;
   l->gen = sb->gen;
   l->inconsistent = (sb->flags & SB_INCONSISTENT) != 0;
-  slot = sb->slot < v->sb.max_legs ? &v->sb.slots[sb->slot] : NULL;
-  owns_slot = slot && (slot->flags & SLOT_ASSIGNED) &&
-    memcmp (slot->uuid, sb->leg_uuid, 16) == 0;
   if (owns_slot) {
+    const struct sb_slot *slot = &v->sb.slots[sb->slot];
+
     /* Under v->lock, as status reads them. */
     pthread_mutex_lock (&v->lock);
     memcpy (l->uuid, sb->leg_uuid, 16);
@@ -561,12 +559,7 @@ monitor_thread (void *arg)
 
     check_connections (v);
     tend_legs (v);
-    clock_gettime (CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 200000000;
-    if (ts.tv_nsec >= 1000000000) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000;
-    }
+    ts = deadline_after (CLOCK_REALTIME, 200000000);
     if (!atomic_load (&v->stopping))
       pthread_cond_timedwait (&v->monitor_cond, &v->lock, &ts);
   }

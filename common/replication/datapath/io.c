@@ -96,7 +96,7 @@ void
 io_discard_async (struct volume *v, uint16_t async, const struct leg_cmd *cmd)
 {
   for (; async != 0; async &= async - 1)
-    async_discard (v, &v->legs[__builtin_ctz (async)], cmd);
+    async_discard (&v->legs[__builtin_ctz (async)], cmd);
 }
 
 /* Steps 3 to 7 of one piece whose range lock the caller holds (verify

@@ -594,10 +594,9 @@ flusher (void *arg)
 
   pthread_mutex_lock (&al->lock);
   while (!al->stop) {
-    struct timespec ts;
+    const struct timespec ts =
+      deadline_after (CLOCK_REALTIME, AL_INTERVAL * UINT64_C (1000000000));
 
-    clock_gettime (CLOCK_REALTIME, &ts);
-    ts.tv_sec += AL_INTERVAL;
     while (!al->stop && !al->want_cool)
       if (pthread_cond_timedwait (&al->wake, &al->lock, &ts) == ETIMEDOUT)
         break;

@@ -535,6 +535,45 @@ pull_ahead_locked (struct async_leg *aq)
   return start_dropping_locked (aq);
 }
 
+/* Make the leg fall behind, unless it already is: out of the receiving
+ * legs (leave_receiving, why), then dropping (pull_ahead_locked).  A
+ * marking begins (aq->marking): the caller marks what it must, then
+ * ends it with end_behind_marking.  Returns the queue that was dropped,
+ * to be marked, or NULL.  No lock held.
+ */
+static struct aentry *
+fall_behind (struct async_leg *aq, const char *why)
+{
+  struct aentry *dropped;
+
+  leave_receiving (aq, why);
+  pthread_mutex_lock (&aq->lock);
+  dropped = pull_ahead_locked (aq);
+  aq->marking++;
+  pthread_mutex_unlock (&aq->lock);
+  return dropped;
+}
+
+/* Mark in the leg's bitmap the queue fall_behind dropped and the range
+ * offset+count (count 0: none), end the marking and wake the monitor,
+ * which starts the catch-up when it may.  No lock held.
+ */
+static void
+end_behind_marking (struct async_leg *aq, struct aentry *dropped,
+                    uint64_t offset, uint32_t count)
+{
+  drop_list (aq, dropped);
+  if (count > 0)
+    mark_range (aq, offset, count);
+  if (replicate_debug_async_mark_pause > 0) {
+    member_wake_monitor (aq->v);
+    debug_pause (replicate_debug_async_mark_pause, "async",
+                 "before the pull-ahead is done", "async_mark_pause");
+  }
+  marking_done (aq);
+  member_wake_monitor (aq->v);
+}
+
 /* Copy a client write's data into the ring (or, if it has no room,
  * into memory from malloc), into e.  Returns 0 or -1.  aq->lock held.
  */
@@ -608,15 +647,13 @@ void
 async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
 {
   struct async_leg *aq = l->aq;
-  struct aentry *dropped = NULL;
+  struct aentry *dropped;
   uint64_t cost = cost_of (cmd->op, cmd->count);
   bool no_memory = false;
   char name[160];
 
   pthread_mutex_lock (&aq->lock);
-  for (;;) {
-    if (aq->dropping)
-      break;
+  while (!aq->dropping) {
     if (!no_memory && !aq->stop &&
         (aq->used + cost <= v->cfg.async_buffer || aq->used == 0)) {
       if (queue_command_locked (aq, cmd) == 0) {
@@ -633,27 +670,18 @@ async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
     }
     /* Pull ahead: out of the receiving legs first, then drop. */
     pthread_mutex_unlock (&aq->lock);
-    leave_receiving (aq, "asynchronous buffer full: pulled ahead");
-    pthread_mutex_lock (&aq->lock);
-    dropped = pull_ahead_locked (aq);
-    break;
+    dropped = fall_behind (aq, "asynchronous buffer full: pulled ahead");
+    if (dropped)
+      nbdkit_debug ("%s: asynchronous buffer full: pulled ahead",
+                    leg_name (l, name, sizeof name));
+    end_behind_marking (aq, dropped, cmd->offset, cmd->count);
+    return;
   }
+  /* Behind already: the bitmap only. */
   aq->marking++;
   pthread_mutex_unlock (&aq->lock);
-  if (dropped) {
-    nbdkit_debug ("%s: asynchronous buffer full: pulled ahead",
-                  leg_name (l, name, sizeof name));
-    drop_list (aq, dropped);
-  }
   mark_range (aq, cmd->offset, cmd->count);
-  if (dropped && replicate_debug_async_mark_pause > 0) {
-    member_wake_monitor (v);
-    debug_pause (replicate_debug_async_mark_pause, "async",
-                 "before the pull-ahead is done", "async_mark_pause");
-  }
   marking_done (aq);
-  if (dropped)
-    member_wake_monitor (v);
 }
 
 /* The volume did not keep a write queued for the leg: the client got
@@ -666,24 +694,16 @@ async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
  * up).  The caller holds the range lock and the range's extents.
  */
 void
-async_discard (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
+async_discard (struct leg *l, const struct leg_cmd *cmd)
 {
-  struct async_leg *aq = l->aq;
   struct aentry *dropped;
   char name[160];
 
-  leave_receiving (aq, "a write the volume did not keep");
-  pthread_mutex_lock (&aq->lock);
-  dropped = pull_ahead_locked (aq);
-  aq->marking++;
-  pthread_mutex_unlock (&aq->lock);
+  dropped = fall_behind (l->aq, "a write the volume did not keep");
   nbdkit_debug ("%s: the volume did not keep the write at %" PRIu64
                 " (%" PRIu32 " bytes): behind, the range in its bitmap",
                 leg_name (l, name, sizeof name), cmd->offset, cmd->count);
-  drop_list (aq, dropped);
-  mark_range (aq, cmd->offset, cmd->count);
-  marking_done (aq);
-  member_wake_monitor (v);
+  end_behind_marking (l->aq, dropped, cmd->offset, cmd->count);
 }
 
 /* A range whose extents async_shed let go. */
@@ -692,21 +712,22 @@ struct shed_range {
   uint32_t count;
 };
 
-/* Take the queue and note the ranges of the writes on their way and
- * answered but unflushed, marking them released.  *nr: how many ranges
- * (their array is returned, NULL if none or out of memory: then none
- * is released).  aq->lock held.
+/* Note the ranges of the writes on their way and answered but
+ * unflushed, marking them released, for a leg that fell behind (those
+ * the sender flushed meanwhile it released itself).  *nr: how many
+ * ranges (their array is returned, NULL if none or out of memory: then
+ * none is released).  aq->lock held.
  */
 static struct shed_range *
-shed_locked (struct async_leg *aq, struct aentry **dropped, size_t *nr)
+shed_locked (struct async_leg *aq, size_t *nr)
 {
   struct shed_range *r;
   struct aentry *e;
   size_t n = aq->nr_batch, i;
 
+  assert (aq->dropping);
   for (e = aq->unflushed.head; e; e = e->next)
     n++;
-  *dropped = pull_ahead_locked (aq);
   *nr = 0;
   if (n == 0 || (r = calloc (n, sizeof *r)) == NULL)
     return NULL;
@@ -758,21 +779,18 @@ async_shed (struct volume *v)
 
     if (aq == NULL || !holds_extents (aq))
       continue;
-    leave_receiving (aq, "the activity log is full of its writes: pulled "
-                     "ahead");
+    dropped = fall_behind (aq, "the activity log is full of its writes: "
+                           "pulled ahead");
     pthread_mutex_lock (&aq->lock);
-    r = shed_locked (aq, &dropped, &nr);
-    aq->marking++;
+    r = shed_locked (aq, &nr);
     pthread_mutex_unlock (&aq->lock);
-    drop_list (aq, dropped);
     for (i = 0; i < nr; ++i) {
       mark_range (aq, r[i].offset, r[i].count);
       if (v->al)
         al_release (v->al, r[i].offset, r[i].count);
     }
     free (r);
-    marking_done (aq);
-    member_wake_monitor (v);
+    end_behind_marking (aq, dropped, 0, 0);
   }
 }
 
@@ -1041,11 +1059,7 @@ flush_due_locked (struct async_leg *aq, bool marker)
 static void
 wait_for_work_locked (struct async_leg *aq)
 {
-  uint64_t until = now_ns () + IDLE_FLUSH_NS;
-  struct timespec ts = {
-    .tv_sec = (time_t) (until / 1000000000ULL),
-    .tv_nsec = (long) (until % 1000000000ULL),
-  };
+  const struct timespec ts = deadline_after (CLOCK_MONOTONIC, IDLE_FLUSH_NS);
 
   aq->asleep = true;
   if (aq->unflushed.head == NULL)
@@ -1099,11 +1113,7 @@ gathering_locked (const struct async_leg *aq)
 static void
 gather_locked (struct async_leg *aq)
 {
-  uint64_t until = aq->queue.head->enq_ns + GATHER_NS;
-  struct timespec ts = {
-    .tv_sec = (time_t) (until / 1000000000ULL),
-    .tv_nsec = (long) (until % 1000000000ULL),
-  };
+  const struct timespec ts = ns_to_timespec (aq->queue.head->enq_ns + GATHER_NS);
 
   pthread_cond_timedwait (&aq->work, &aq->lock, &ts);
 }
@@ -1206,13 +1216,8 @@ async_stop (struct async_leg *aq, double timeout)
   pthread_mutex_lock (&aq->lock);
   while ((aq->queue.head || aq->unflushed.head || aq->busy) &&
          !aq->dropping && now_ns () < deadline) {
-    struct timespec ts;
-    clock_gettime (CLOCK_REALTIME, &ts);
-    ts.tv_nsec += DRAIN_POLL_NS;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
+    const struct timespec ts = deadline_after (CLOCK_REALTIME, DRAIN_POLL_NS);
+
     pthread_cond_timedwait (&aq->room, &aq->lock, &ts);
   }
   aq->stop = true;

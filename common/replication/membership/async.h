@@ -45,8 +45,7 @@ extern void async_enqueue (struct volume *v, struct leg *l,
  * an error): the leg falls behind, the range in its bitmap.  Range lock
  * and extents held by the caller.
  */
-extern void async_discard (struct volume *v, struct leg *l,
-                           const struct leg_cmd *cmd);
+extern void async_discard (struct leg *l, const struct leg_cmd *cmd);
 /* The activity log is filling up: every asynchronous leg holding
  * extents falls behind and lets them go (their ranges marked in its
  * bitmap).  No lock held.

@@ -337,24 +337,12 @@ find_winners (const struct elect_input *in, struct elect_result *out,
   return top;
 }
 
-/* Is leg i assigned its slot in superblock r? */
-static bool
-owns_slot (const struct superblock *r, const struct superblock *sb)
-{
-  const struct sb_slot *s;
-
-  if (sb->slot >= r->max_legs)
-    return false;
-  s = &r->slots[sb->slot];
-  return (s->flags & SLOT_ASSIGNED) && memcmp (s->uuid, sb->leg_uuid, 16) == 0;
-}
-
 /* Rule 4: did leg i miss only the last bump? */
 static bool
 missed_last_bump (const struct superblock *r, const struct superblock *sb)
 {
   return !(sb->flags & SB_INCONSISTENT) && r->history_len > 0 &&
-    gen_equal (sb->gen, r->history[0]) && owns_slot (r, sb) &&
+    gen_equal (sb->gen, r->history[0]) && sb_owns_slot (r, sb) &&
     (r->slots[sb->slot].flags & SLOT_MEMBER);
 }
 
@@ -377,12 +365,12 @@ classify (const struct elect_input *in, struct elect_result *out, size_t i,
     out->role[i] = ROLE_FULL;
     return true;
   }
-  if (owns_slot (r, sb) && gen_equal (sb->gen, r->slots[sb->slot].bm_gen)) {
+  if (sb_owns_slot (r, sb) && gen_equal (sb->gen, r->slots[sb->slot].bm_gen)) {
     out->role[i] = ROLE_INCREMENTAL;
     return true;
   }
   if ((sb->flags & SB_INCONSISTENT) || sb_knows_gen (r, sb->gen) ||
-      !owns_slot (r, sb) || preferring) {
+      !sb_owns_slot (r, sb) || preferring) {
     out->role[i] = ROLE_FULL;
     return true;
   }
@@ -527,7 +515,7 @@ classify_async (const struct elect_input *in, struct elect_result *out)
       continue;
     if (!in->legs[i].reachable)
       out->role[i] = ROLE_MISSING;
-    else if (r && valid_any (in, i) && owns_slot (r, sb) &&
+    else if (r && valid_any (in, i) && sb_owns_slot (r, sb) &&
              gen_equal (sb->gen, r->slots[sb->slot].bm_gen))
       out->role[i] = ROLE_INCREMENTAL;
     else if (r && valid_any (in, i) && member_of_own_gen (in, i) &&
