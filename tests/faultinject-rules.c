@@ -27,7 +27,7 @@ static const char *const op_names[] = {
 /* Phase names, in enum fi_phase order. */
 static const char *const phase_names[] = {
   "refuse", "apply-error", "hold", "drop", "apply-drop", "exit",
-  "apply-exit",
+  "apply-exit", "torn-exit",
 };
 
 /* The errors error= accepts. */

@@ -34,6 +34,7 @@ enum fi_phase {
   FI_APPLY_DROP,
   FI_EXIT,
   FI_APPLY_EXIT,
+  FI_TORN_EXIT,
 };
 
 /* fua=: match any request, only FUA ones, or only non-FUA ones. */

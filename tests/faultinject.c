@@ -14,14 +14,19 @@
  * the request, applies it and fails it, holds it (a sleep a client's
  * disconnection does not cut short, unlike the delay filter's), shuts
  * down every connected socket of the process, or _exits the process,
- * before or after applying it; delay= makes any of these wait first, in
- * the same sleep (a refusal that comes late: a superblock write that
- * fails only after others have gone on meanwhile).  Each firing appends "fire ID PHASE OP
- * OFFSET COUNT" to the log (log=), and "done ..." once a request that
- * goes on to be applied came back from the plugin; one write(2) per line
- * on an O_APPEND fd, so lines never interleave.  One mutex covers the
- * rules and their counters; it is never held while sleeping or calling
- * the plugin.  Like every filter it is tied to the exact nbdkit version.
+ * before or after applying it, or after applying only the first half
+ * of a write (torn-exit: rounded down to 4 KiB, as a server SIGKILLed
+ * inside its pwrite(2) keeps the pages the kernel copied before it saw
+ * the signal; other requests are not applied); delay= makes any of
+ * these wait first, in the same sleep (a refusal that comes late: a
+ * superblock write that fails only after others have gone on
+ * meanwhile).  Each firing appends "fire ID PHASE OP OFFSET COUNT" to
+ * the log (log=), and "done ..." once a request that goes on to be
+ * applied came back from the plugin (for torn-exit, with the bytes it
+ * applied, just before the exit); one write(2) per line on an
+ * O_APPEND fd, so lines never interleave.  One mutex covers the rules
+ * and their counters; it is never held while sleeping or calling the
+ * plugin.  Like every filter it is tied to the exact nbdkit version.
  * It is built without the sanitizer flags and links nothing of ours:
  * the replicas it is loaded into are stock nbdkit, never started with a
  * sanitizer runtime preloaded.
@@ -382,6 +387,23 @@ apply (const struct request *r, int *err)
   return -1;
 }
 
+/* Apply the first half of a write R (rounded down to 4 KiB; nothing
+ * of any other request), log "done" with the bytes applied, and end
+ * the process (the firing F).
+ */
+static void __attribute__ ((__noreturn__))
+torn_exit (const struct request *r, const struct firing *f)
+{
+  struct request head = *r;
+  int err;
+
+  head.count = r->op == FI_WRITE ? r->count / 2 / 4096 * 4096 : 0;
+  if (head.count > 0)
+    apply (&head, &err);
+  log_event ("done", f, &head);
+  _exit (0);
+}
+
 /* Fail with ERROR. */
 static int
 fail (int *err, int error)
@@ -407,6 +429,8 @@ act (const struct request *r, const struct firing *f, int *err)
     return fail (err, EIO);
   case FI_EXIT:
     _exit (0);
+  case FI_TORN_EXIT:
+    torn_exit (r, f);
   case FI_HOLD:
     hold (f->secs);
     break;

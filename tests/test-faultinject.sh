@@ -8,10 +8,11 @@
 # apply-error applies the write and still fails it; a hold outlives the
 # client that disconnected and the write lands when the hold ends; drop
 # (and apply-drop) kills the client's connection, not the server; exit
-# and apply-exit end the server; skip=, count=, op=, range= (from the
-# end too) and fua= select the requests; the rules are re-read when the
-# file changes, with fresh counters; a bad line is reported in the
-# server log and no rule of that file fires.
+# and apply-exit end the server, torn-exit after applying half a write;
+# skip=, count=, op=, range= (from the end too) and fua= select the
+# requests; the rules are re-read when the file changes, with fresh
+# counters; a bad line is reported in the server log and no rule of
+# that file fires.
 
 source ./functions.sh
 set -e
@@ -214,3 +215,17 @@ fault_wait "$log1" aex done
 fault_clear "$rules1"
 restart_replica 1
 "$NBDSH" -u "$r1_uri" -c "assert h.pread(4096, 0) == bytes([8]) * 4096"
+
+# --- torn-exit: the first half of the write (rounded down to 4 KiB)
+# lands, the server ends.
+fault_arm "$rules1" "id=tex op=write phase=torn-exit"
+restart_replica 1
+fails "$NBDSH" -u "$r1_uri" -c "h.pwrite(bytes([6]) * 20480, 0)"
+wait_until 10 r1_gone
+fault_wait "$log1" tex done
+grep '^done tex torn-exit write 0 8192$' "$log1"
+fault_clear "$rules1"
+restart_replica 1
+"$NBDSH" -u "$r1_uri" -c "
+assert h.pread(8192, 0) == bytes([6]) * 8192
+assert h.pread(4096, 8192) == bytes(4096)"

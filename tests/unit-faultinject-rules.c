@@ -64,6 +64,8 @@ static const struct parse_case parse_cases[] = {
     FI_ANY, FI_APPLY_EXIT, 0, 0, 1 },
   { "id=d phase=drop error=EROFS fua=yes", 1, "d",
     FI_ANY, FI_DROP, EROFS, 0, 1 },
+  { "id=e op=write phase=torn-exit range=172K-220K", 1, "e",
+    FI_WRITE, FI_TORN_EXIT, 0, 0, 1 },
   BAD ("phase=sleep", "phase=sleep"),
   BAD ("op=write,bogus", "op=write,bogus"),
   BAD ("error=EAGAIN", "error=EAGAIN"),
