@@ -168,10 +168,12 @@ echo "under load: $loaded MiB/s"
 python3 -c "import sys; r = float(sys.argv[1]); sys.exit(not 4 <= r <= 40)" \
   "$loaded"
 status_check "$ctl" "leg(1)['state'] == 'syncing'"
-end_load
-# No client now: the rest goes much faster than the floor.
+# From the end of the load (fio may take a while to exit once
+# interrupted, and stops writing at once): the rest goes much faster
+# than the floor.
 read -r d2 t2 < <(resync_done)
 test "$d2" -lt $(( size - 64 * MiB ))
+end_load
 wait_leg_state 20 "$ctl" 1 uptodate
 idle=$(rate_between "$d2" "$t2" "$size" "$(now_us)")
 echo "idle: $idle MiB/s"
