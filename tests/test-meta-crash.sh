@@ -18,8 +18,9 @@
 #    of 4 MiB)
 #    and starts healthy with no resync of any leg (no full copy);
 #  - through the controller and on every leg, each client's region is
-#    exactly its acknowledged writes replayed in order, with or without
-#    the one in flight; all legs are identical.
+#    exactly its acknowledged writes replayed in order, each 4 KiB block
+#    of the one in flight old or new (meta-writers.py check); all legs
+#    are identical.
 
 source ./functions.sh
 set -euo pipefail
