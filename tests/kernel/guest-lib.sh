@@ -230,6 +230,16 @@ wait_step ()
   done
 }
 
+# use_corpus_subset N: the workload's corpus becomes N files picked
+# evenly from the image's /corpus (3000 files), in /tmp/corpus: under
+# emulation every file costs the copy, rename and delete phases time,
+# and a thousand exercise the same paths as three thousand.
+use_corpus_subset ()
+{
+  WORKLOAD_SOURCES=/corpus "$WORKLOAD" corpus /tmp/corpus "$1" >/dev/null
+  CORPUS=/tmp/corpus
+}
+
 # workload_with_leg_kill DIR LEG: the workload on DIR; leg LEG is killed
 # halfway through the copy, must be seen failed, is restarted halfway
 # through the git commits and must come back uptodate, after an

@@ -34,7 +34,12 @@ note "nbd0 attached: $(ls /sys/block/nbd0/mq | wc -l) queues, flush=$(cat /sys/b
 mkfs.ext4 -q -F /dev/nbd0
 mkdir -p /mnt/t
 mount /dev/nbd0 /mnt/t
-workload_with_leg_kill /mnt/t 1
+# A thousand files and 8 commits, not 3000 and 24: the whole workload
+# took 757 s of the test's 930 under emulation (git 405 s, renames
+# 159 s); the leg kill and its resync fall in the copy and git phases
+# all the same.
+use_corpus_subset 1000
+WORKLOAD_COMMITS=8 workload_with_leg_kill /mnt/t 1
 kernel_log=$(check_kernel_log)
 check_filesystem /dev/nbd0 /mnt/t
 note "file system checked; fio on /dev/nbd0"

@@ -57,7 +57,8 @@ note "ublkb0 attached: $(ls /sys/block/ublkb0/mq | wc -l) queues, cache=$cache"
 mkfs.ext4 -q -F /dev/ublkb0
 mkdir -p /mnt/t
 mount /dev/ublkb0 /mnt/t
-workload_with_leg_kill /mnt/t 1
+use_corpus_subset 1000                  # as guest-nbd-client
+WORKLOAD_COMMITS=8 workload_with_leg_kill /mnt/t 1
 kernel_log=$(check_kernel_log)
 check_filesystem /dev/ublkb0 /mnt/t
 note "file system checked; fio on /dev/ublkb0"

@@ -201,9 +201,11 @@ note "controller up: $size bytes; ublkb0: $(ls /sys/block/ublkb0/mq | wc -l) que
 mkfs.ext4 -q -F /dev/ublkb0
 mkdir -p /mnt/t
 mount /dev/ublkb0 /mnt/t
-# Twelve commits, not 24 (guest-nbd-client runs the full workload; the
-# leg kill and its resync fall in the copy and git phases all the same).
-WORKLOAD_COMMITS=12 workload_with_leg_kill /mnt/t 1
+# A thousand files and 6 commits, not 3000 and 24 (as guest-nbd-client:
+# the leg kill and its resync fall in the copy and git phases all the
+# same).
+use_corpus_subset 1000
+WORKLOAD_COMMITS=6 workload_with_leg_kill /mnt/t 1
 kernel_log=$(check_kernel_log)
 check_filesystem /dev/ublkb0 /mnt/t
 workload_line=$(sed -n 's/^WORKLOAD //p' /tmp/workload.out)
@@ -221,9 +223,9 @@ wait_device /dev/ublkb0 "$size"
 mkfs.ext4 -q -F /dev/ublkb0
 mount /dev/ublkb0 /mnt/t
 STATE=/tmp/workload-kill
-# Eight commits, not 24: the git phase is most of the workload's time
+# Four commits, not 24: the git phase is most of the workload's time
 # under emulation, and the kill and the restart need only its first half.
-WORKLOAD_COMMITS=8 WORKLOAD_HOLD=git-half "$WORKLOAD" run "$CORPUS" /mnt/t "$STATE" </dev/null >/tmp/workload.out 2>&1 &
+WORKLOAD_COMMITS=4 WORKLOAD_HOLD=git-half "$WORKLOAD" run "$CORPUS" /mnt/t "$STATE" </dev/null >/tmp/workload.out 2>&1 &
 workload_pid=$!
 wait_step deleted
 inflight=0
