@@ -101,8 +101,13 @@ judge_sb_locked (struct volume *v, struct leg *l, const struct superblock *sb,
    */
   if (l->inconsistent || !owns_slot || sb_knows_gen (&v->sb, sb->gen))
     return V_FULL;
-  snprintf (why, len, "holds generation %" PRIu64 " which this volume "
-            "never had (split brain): not used", sb->gen.counter);
+  /* Either it changed on its own (a split brain) or it was away for
+   * longer than the history reaches: the two look the same.
+   */
+  snprintf (why, len, "holds generation %" PRIu64 ", not in this "
+            "volume's history of %d generations: a split brain (it "
+            "changed on its own), or away for longer than that history "
+            "reaches: not used", sb->gen.counter, META_HISTORY);
   return V_REFUSE;
 }
 
