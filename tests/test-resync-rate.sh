@@ -127,9 +127,9 @@ status_check "$ctl" "s['volume']['resync_rate'] == 0 and
   s['volume']['resync_min_rate'] == 8 * $MiB"
 
 # load: fio writes continuously through the controller (a request every
-# few ms) in the background (pid in fio_pid) until end_load stops it, so
-# that however slowly this machine runs the measures, the load lasts
-# through them.
+# few ms) in the background (pid in fio_pid) until stop_load interrupts
+# it, so that however slowly this machine runs the measures, the load
+# lasts through them.
 load ()
 {
   local w
@@ -141,12 +141,18 @@ load ()
   wait_until 10 status_check "$ctl" "leg(0)['writes'] > $w + 10"
 }
 
-# end_load: stop the load (fio exits 128 on SIGINT, after its report);
-# it must have been running until now and have seen no error.
-end_load ()
+# stop_load: interrupt the load, which must have been running until
+# now; fio stops writing at once but may take a while to exit.
+stop_load ()
 {
   kill -0 "$fio_pid"
   kill -INT "$fio_pid"
+}
+
+# end_load: after stop_load, wait for fio (it exits 128 on SIGINT,
+# after its report), which must have seen no error.
+end_load ()
+{
   wait "$fio_pid" || true
   python3 -c '
 import json, sys
@@ -168,9 +174,10 @@ echo "under load: $loaded MiB/s"
 python3 -c "import sys; r = float(sys.argv[1]); sys.exit(not 4 <= r <= 40)" \
   "$loaded"
 status_check "$ctl" "leg(1)['state'] == 'syncing'"
-# From the end of the load (fio may take a while to exit once
-# interrupted, and stops writing at once): the rest goes much faster
-# than the floor.
+# From the end of the load (timed from the interruption: fio stops
+# writing at once but may take a while to exit), the rest goes much
+# faster than the floor.
+stop_load
 read -r d2 t2 < <(resync_done)
 test "$d2" -lt $(( size - 64 * MiB ))
 end_load
@@ -195,6 +202,7 @@ slow=$(rate_between "$d0" "$t0" "$d1" "$t1")
 echo "floor 1M under load: $slow MiB/s"
 python3 -c "import sys; r = float(sys.argv[1]); sys.exit(not 0.25 <= r <= 3)" \
   "$slow"
+stop_load
 end_load
 wait_leg_state 20 "$ctl" 1 uptodate
 
