@@ -8,16 +8,15 @@
 # The leg's server is slow (delay filter, 50 ms per write: with its 16
 # threads about 1.3 MiB/s of 4K writes, so that even a client slowed
 # down by a loaded machine writes several times that) and its buffer
-# small
-# (async-buffer=2M); a client writes 4K blocks at random, 16 in flight
-# (several times 1.3 MiB/s), for 8 s.  The leg falls behind at once.
-# While the client keeps writing, a catch-up would only fill the buffer
-# again and fall behind again: the leg must stay behind (no new
+# small (async-buffer=2M); a client writes 4K blocks at random, 16 in
+# flight (several times 1.3 MiB/s), for 8 s.  The leg falls behind at
+# once.  While the client keeps writing, a catch-up would only fill the
+# buffer again and fall behind again: the leg must stay behind (no new
 # pull-ahead, never catching-up, over the last two thirds of the load)
 # for as long as the load lasts, then catch up on its own once the
-# client stops.  Then the oracle: every
-# acknowledged write reads back through the controller, and every leg,
-# the asynchronous one included, equals the model.
+# client stops.  Then the oracle: every acknowledged write reads back
+# through the controller, and every leg, the asynchronous one included,
+# equals the model.
 
 source ./functions.sh
 set -euo pipefail

@@ -18,9 +18,9 @@
 # one generation, as in the full run; a leg that lived a moment longer
 # may have recorded another's failure), it serves the torn write: its
 # first half new, its second half what the acknowledged writes left
-# there.  The old checker, which took
-# the failed write for all or nothing, failed here naming the failed
-# write's first byte, as in the full run.
+# there.  The old checker, which took the failed write for all or
+# nothing, failed here naming the failed write's first byte, as in the
+# full run.
 
 source ./functions.sh
 set -euo pipefail

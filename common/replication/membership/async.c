@@ -670,10 +670,11 @@ async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
     }
     /* Pull ahead: out of the receiving legs first, then drop. */
     pthread_mutex_unlock (&aq->lock);
-    dropped = fall_behind (aq, "asynchronous buffer full: pulled ahead");
+    static const char why[] = "asynchronous buffer full: pulled ahead";
+
+    dropped = fall_behind (aq, why);
     if (dropped)
-      nbdkit_debug ("%s: asynchronous buffer full: pulled ahead",
-                    leg_name (l, name, sizeof name));
+      nbdkit_debug ("%s: %s", leg_name (l, name, sizeof name), why);
     end_behind_marking (aq, dropped, cmd->offset, cmd->count);
     return;
   }
