@@ -15,9 +15,10 @@
 # Between the writes a schedule of faults runs: kill -9 and restart of a
 # replica or of the controller, nbdrep fail/resync/resync --full,
 # remove/add (blank or with old data), verify --repair, and fault-filter
-# rules (errors, holds past timeout=, drops, exits) on replicas.  The
-# schedule of every round is a pure function of (seed, round): the same
-# TORTURE_SEED replays the same actions at the same times.
+# rules (errors, holds past timeout=, drops, exits, torn writes) on
+# replicas.  The schedule of every round is a pure function of (seed,
+# round): the same TORTURE_SEED replays the same actions at the same
+# times.
 #
 # The model (the oracle's expectation) is per block a list of candidate
 # values, each with the time its request was issued and completed and
@@ -519,6 +520,9 @@ RULE_KINDS = [
     ('apply-drop', 2, 'op=write phase=apply-drop', False),
     ('exit', 1, 'op=write phase=exit', False),
     ('apply-exit', 2, 'op=write phase=apply-exit', False),
+    # The replica keeps the first half of the write (in 4 KiB blocks)
+    # and exits: a server killed inside its pwrite(2).
+    ('torn-exit', 2, 'op=write phase=torn-exit', False),
     ('read-refuse', 1, 'op=read phase=refuse error=EIO', False),
     ('einval-all', 1, 'op=write phase=refuse error=EINVAL', True),
     ('eio-all', 1, 'op=write phase=apply-error error=EIO', True),
@@ -860,7 +864,7 @@ class Campaign:
                     kind = w[1].split('.')[0]
                     self.count('fired:' + kind)
                     self.journal('FIRE r%d %s' % (i, line))
-                    if len(w) >= 3 and w[2] in ('exit', 'apply-exit'):
+                    if len(w) >= 3 and w[2] in ('exit', 'apply-exit', 'torn-exit'):
                         self.exits_fired[i] = self.exits_fired.get(i, 0) + 1
 
     # -- the schedule -------------------------------------------------------
