@@ -9,7 +9,7 @@
 #   1. Two file legs and an asynchronous one behind the faultinject
 #      filter, timeout=30.  The leg's server holds its next superblock
 #      write (FUA) for 15 s: the one that records its recovery point
-#      after an epoch is flushed (async.c, write_recovery_point).
+#      after an epoch is flushed (async-sender.c, write_recovery_point).
 #   2. A write and a flush start an epoch's flush and that superblock
 #      write; it is held.
 #   3. Leg 1's server is killed; a client write must be acknowledged

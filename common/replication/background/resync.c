@@ -731,7 +731,7 @@ finish_async (struct resync *rs)
       r = -1;
   }
   pthread_mutex_unlock (&v->change_lock);
-  /* Not under change_lock: the leg may be slow (async.c). */
+  /* Not under change_lock: the leg may be slow (async-sender.c). */
   if (r == 0 && v->metadata && async_write_sb (l->aq) != 0)
     r = -1;
   if (r == -1 && atomic_load (&l->state) == LEG_SYNCING)

@@ -218,7 +218,7 @@ examine_leg (struct volume *v, size_t i, struct elect_leg *el)
 /* A failover: the asynchronous leg prefer= and force=true named is
  * synchronous from now on (DESIGN.md section 14).  Say how far behind
  * it is: its superblock's mtime is its recovery point, the time of the
- * newest write it held flushed when it was last written (async.c).
+ * newest write it held flushed when it was last written (async-sender.c).
  */
 static void
 promote (struct volume *v, struct leg *l, const struct superblock *sb)

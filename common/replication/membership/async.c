@@ -1,7 +1,14 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Asynchronous legs (async=URI, DESIGN.md section 14): a queue per leg,
  * sent in epochs by a thread of its own, so that no client waits for
- * the leg.
+ * the leg.  This file is the queue's side: making, promoting and
+ * freeing a leg's queue, what client writers call (async_enqueue,
+ * async_discard), the epochs' markers (async_cut_epochs), falling
+ * behind and the marking protocol (a pull-ahead, async_shed), and what
+ * the monitor, a resync and status ask of the queue (async_resume,
+ * async_caught_up, async_may_catch_up, async_drain, async_get_status).
+ * The sender thread, which takes the queue to the leg, is
+ * async-sender.c; the structures both use are in async-int.h.
  *
  * What a write does for an asynchronous leg that receives writes (its
  * state is syncing: it is never uptodate, never read, never counted):
@@ -24,18 +31,13 @@
  * order.  A write is queued before its client is acknowledged, so a
  * write that causally follows another is never in an earlier epoch.
  *
- * Sending.  A write's data is copied into a ring (bufring.c, allocated
+ * Queueing.  A write's data is copied into a ring (bufring.c, allocated
  * once: no malloc and no fresh page per write) and its entry taken
- * from a list of spares.  The sender gathers a batch for up to
- * GATHER_NS (or WINDOW entries) before taking it, and writers wake it
- * only when it sleeps with nothing queued (asleep), so a client
- * writing one request at a time costs one wake-up per GATHER_NS.  A
- * write's data goes back to the ring once the leg has answered it;
- * its entry stays, unflushed, until its epoch is flushed.  A sender
- * holding unflushed writes with nothing more to send flushes them
- * after IDLE_FLUSH_NS without a marker (wait_for_work_locked): a leg
- * that stops receiving writes gets no more markers, and a flush inside
- * an epoch changes nothing the leg holds.
+ * from a list of spares.  Writers wake the sender only when it sleeps
+ * with nothing queued (asleep): a sender gathering a batch wakes up on
+ * its own (async-sender.c, Sending).  A write's data goes back to the
+ * ring once the leg has answered it; its entry stays, unflushed, until
+ * its epoch is flushed.
  *
  * Nothing is lost in a crash.  The activity-log references of a queued
  * write are dropped only after the flush that ends its epoch, so every
@@ -84,20 +86,19 @@
  * data over whatever the leg got.
  *
  * A leg that fails (an error or a timeout of the sender's requests)
- * goes through member_fail_leg, which ORs the hot extents into its
- * bitmap; the sender then drops what is queued and unflushed the same
- * way, and waits until the leg receives writes again (async_resume).
+ * drops its queue the same way, from the sender (async-sender.c).
  *
  * Lock order: v->lock -> aq->lock (the monitor and status look at the
  * queue under v->lock), and aq->lock is a leaf: nothing that takes
- * another lock is called with it held.  The sender takes no lock
- * across I/O.
+ * another lock is called with it held.  Writers come with their range
+ * lock held (async-full=block waits for room holding it).  The sender
+ * takes no lock across I/O but aq->sb_lock, across a superblock write
+ * (async-sender.c).
  */
 
 #include <config.h>
 
 #include <assert.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,26 +106,19 @@
 
 #include "internal.h"
 #include "state.h"
-#include "ioreq.h"
 #include "member.h"
 #include "leg.h"
 #include "al.h"
 #include "async.h"
-#include "metaio.h"
+#include "async-int.h"
 #include "bufring.h"
 #include "cleanup.h"
 
-#define WINDOW 64               /* writes in flight per batch */
-#define GATHER_NS 1000000ULL    /* a batch waits this long for more */
-#define IDLE_FLUSH_NS 200000000ULL      /* sent writes wait this long
-                                           for their epoch's marker */
 #define PACE_WINDOW_NS 1000000000ULL    /* the volume's write rate is
                                            measured over this long */
 #define SPARES_PER_MIB 1024     /* entries kept for reuse per MiB of
                                    async-buffer (an entry lives until its
                                    epoch is flushed: up to 2 s of writes) */
-#define ENTRY_COST 64           /* bytes a queued zero or marker counts */
-#define DRAIN_POLL_NS 100000000ULL
 /* -D replicate.async_mark_pause=MS: the writer that pulled an
  * asynchronous leg ahead waits MS milliseconds after marking, before
  * it is done: the window in which a catch-up must not start (async_
@@ -132,99 +126,8 @@
  */
 int replicate_debug_async_mark_pause = 0;   /* exported by the .syms */
 
-#define RPO_INTERVAL_NS 1000000000ULL   /* recovery point written at most
-                                           once a second */
-
-/* One queued write, zero or epoch marker (op OP_FLUSH). */
-struct aentry {
-  struct aentry *next;
-  enum leg_op op;
-  uint32_t count;
-  uint64_t offset;
-  uint32_t flags;
-  uint64_t enq_ns;              /* when it was queued */
-  uint64_t seq;                 /* its number in the queue */
-  bool released;                /* its extents let go early (async_shed) */
-  char *data;                   /* OP_WRITE until answered: in the ring,
-                                   or from malloc if it had no room */
-};
-
-/* A list of entries. */
-struct alist {
-  struct aentry *head, *tail;
-};
-
-struct async_leg {
-  struct volume *v;
-  struct leg *l;
-
-  pthread_mutex_t lock;         /* everything below */
-  pthread_cond_t work;          /* the sender has something to do */
-  pthread_cond_t room;          /* buffer room made, or flushed */
-  struct alist queue;           /* queued, not taken by the sender */
-  size_t nr_queued;             /* entries in it */
-  struct aentry *spare;         /* entries to reuse, nr_spare of them */
-  size_t nr_spare, max_spare;
-  struct alist unflushed;       /* answered, their epoch not flushed */
-  uint64_t used;                /* buffer bytes (queued and in flight) */
-  uint64_t lag_bytes;           /* bytes queued, sent or not, unflushed */
-  uint64_t enq_seq;             /* entries queued so far */
-  uint64_t flushed_seq;         /* every entry up to this one is flushed */
-  uint64_t oldest_unflushed_ns; /* enq_ns of the oldest unflushed, or 0 */
-  uint64_t behind_since_ns;     /* when it last fell behind, or 0 */
-  bool epoch_open;              /* something queued since the last marker */
-  bool dropping;                /* behind or failed: mark, do not queue */
-  unsigned marking;             /* writers marking for a dropping leg */
-  bool busy;                    /* the sender has a batch out */
-  bool asleep;                  /* the sender waits for work */
-  bool flush_now;               /* flush without waiting for a marker */
-  bool idle_told;               /* the monitor knows it is idle */
-  bool stop;
-  uint64_t pull_aheads;         /* times it fell behind */
-  uint64_t pace_bytes;          /* v->client_write_bytes at pace_ns */
-  uint64_t pace_ns;             /* start of the rate's window, or 0 */
-  uint64_t client_rate;         /* bytes/s clients wrote, last window */
-  bool pace_known;              /* client_rate is of the last window */
-  uint64_t leg_rate;            /* bytes/s the leg took when it was the
-                                   bottleneck (see keeps_pace_locked) */
-  struct bufring ring;          /* the data of queued and sent writes */
-
-  struct aentry *batch[WINDOW]; /* the sender's batch, on its way */
-  size_t nr_batch;
-
-  pthread_t thread;
-  bool running;
-  struct ioreq *reqs;           /* the batch's requests */
-  uint64_t newest_flushed_ns;   /* enq_ns of the newest flushed write */
-  pthread_mutex_t sb_lock;      /* the leg's superblock write */
-  uint8_t *sb_buf;              /* and its buffer (META_BLOCK, aligned) */
-  uint64_t rpo_written_ns;      /* when the recovery point was written */
-};
-
-/* Append an entry to a list. */
-static void
-alist_push (struct alist *q, struct aentry *e)
-{
-  e->next = NULL;
-  if (q->tail)
-    q->tail->next = e;
-  else
-    q->head = e;
-  q->tail = e;
-}
-
-/* Take a whole list. */
-static struct aentry *
-alist_take (struct alist *q)
-{
-  struct aentry *e = q->head;
-
-  q->head = q->tail = NULL;
-  return e;
-}
-
 /* Free a list of entries (their data let go already). */
-static void
+void
 free_list (struct aentry *e)
 {
   while (e) {
@@ -233,28 +136,6 @@ free_list (struct aentry *e)
     free (e);
     e = next;
   }
-}
-
-/* Take the whole queue.  aq->lock held. */
-static struct aentry *
-queue_take_all_locked (struct async_leg *aq)
-{
-  aq->nr_queued = 0;
-  return alist_take (&aq->queue);
-}
-
-/* Take the queue's first entry.  aq->lock held. */
-static struct aentry *
-queue_pop_locked (struct async_leg *aq)
-{
-  struct aentry *e = aq->queue.head;
-
-  aq->queue.head = e->next;
-  if (aq->queue.head == NULL)
-    aq->queue.tail = NULL;
-  aq->nr_queued--;
-  e->next = NULL;
-  return e;
 }
 
 /* Wake the sender if it waits for work with no deadline (a sender
@@ -287,7 +168,7 @@ entry_get_locked (struct async_leg *aq)
 /* Give back a list of entries (their data let go) for reuse, freeing
  * what exceeds the spares' bound.  aq->lock held.
  */
-static void
+void
 entries_put_locked (struct async_leg *aq, struct aentry *e)
 {
   while (e) {
@@ -304,24 +185,10 @@ entries_put_locked (struct async_leg *aq, struct aentry *e)
   }
 }
 
-/* Buffer bytes a command counts. */
-static uint64_t
-cost_of (enum leg_op op, uint32_t count)
-{
-  return op == OP_WRITE ? count : ENTRY_COST;
-}
-
-/* Buffer bytes an entry counts. */
-static uint64_t
-entry_cost (const struct aentry *e)
-{
-  return cost_of (e->op, e->count);
-}
-
 /* Let an entry's data go (it was answered, or is dropped).  aq->lock
  * held.
  */
-static void
+void
 release_data_locked (struct async_leg *aq, struct aentry *e)
 {
   if (e->data == NULL)
@@ -440,7 +307,7 @@ mark_range (struct async_leg *aq, uint64_t offset, uint32_t count)
 /* Mark an entry's range in the leg's bitmap (its slot is assigned:
  * the leg received writes), then let its activity-log extents go.
  */
-static void
+void
 mark_and_release (struct async_leg *aq, struct aentry *e)
 {
   struct volume *v = aq->v;
@@ -453,7 +320,7 @@ mark_and_release (struct async_leg *aq, struct aentry *e)
 }
 
 /* Mark and free a list of entries (see mark_and_release). */
-static void
+void
 drop_list (struct async_leg *aq, struct aentry *e)
 {
   struct aentry *p;
@@ -487,7 +354,7 @@ leave_receiving (struct async_leg *aq, const char *why)
 /* Start dropping: take the queue (to be marked by the caller once the
  * leg is out).  aq->lock held.
  */
-static struct aentry *
+struct aentry *
 start_dropping_locked (struct async_leg *aq)
 {
   struct aentry *e = queue_take_all_locked (aq);
@@ -826,418 +693,6 @@ async_cut_epochs (struct volume *v)
     if (!aq->dropping)
       cut_epoch_locked (aq);
   }
-}
-
-/* Do two entries overlap? */
-static bool
-overlap (const struct aentry *a, const struct aentry *b)
-{
-  return a->offset < b->offset + b->count && b->offset < a->offset + a->count;
-}
-
-/* Take the next batch from the queue: up to WINDOW writes of the
- * current epoch, stopping before one that overlaps the batch.  *marker
- * is set if the epoch ends after it (its marker is freed here).
- * aq->lock held.  Returns the number taken.
- */
-static size_t
-take_batch (struct async_leg *aq, bool *marker)
-{
-  struct aentry **batch = aq->batch;
-  size_t n = 0, i;
-
-  *marker = false;
-  while (n < WINDOW && aq->queue.head) {
-    struct aentry *e = aq->queue.head;
-    if (e->op == OP_FLUSH) {
-      queue_pop_locked (aq);
-      aq->used -= entry_cost (e);
-      entries_put_locked (aq, e);
-      *marker = true;
-      break;
-    }
-    for (i = 0; i < n; ++i)
-      if (overlap (batch[i], e))
-        return n;
-    batch[n++] = queue_pop_locked (aq);
-    aq->nr_batch = n;
-  }
-  return n;
-}
-
-/* Send a batch to the leg and wait.  Returns 0 or the first errno. */
-static int
-send_batch (struct async_leg *aq, struct aentry **batch, size_t n)
-{
-  int err = 0;
-  size_t i;
-
-  for (i = 0; i < n; ++i) {
-    struct leg_cmd cmd = {
-      .op = batch[i]->op, .count = batch[i]->count,
-      .offset = batch[i]->offset, .flags = batch[i]->flags,
-      .buf = batch[i]->op == OP_WRITE ? batch[i]->data : NULL,
-    };
-    ioreq_init (&aq->reqs[i], aq->v);
-    ioreq_submit (&aq->reqs[i], aq->l, &cmd);
-  }
-  for (i = 0; i < n; ++i) {
-    int e;
-    ioreq_wait (&aq->reqs[i]);
-    e = ioreq_leg_error (&aq->reqs[i], aq->l->index);
-    if (err == 0)
-      err = e;
-    ioreq_destroy (&aq->reqs[i]);
-  }
-  return err;
-}
-
-/* Flush the leg.  Returns 0 or an errno. */
-static int
-flush_leg (struct async_leg *aq)
-{
-  static const struct leg_cmd flush = { .op = OP_FLUSH };
-
-  return ioreq_sync_io (aq->l, &flush);
-}
-
-/* The batch was answered: its data may go (the ranges stay held until
- * the flush).  aq->lock held.
- */
-static void
-batch_answered_locked (struct async_leg *aq, struct aentry **batch, size_t n)
-{
-  size_t i;
-
-  for (i = 0; i < n; ++i) {
-    struct aentry *e = batch[i];
-    aq->used -= entry_cost (e);
-    release_data_locked (aq, e);
-    alist_push (&aq->unflushed, e);
-  }
-  aq->nr_batch = 0;
-  pthread_cond_broadcast (&aq->room);
-}
-
-/* The epoch was flushed: release its ranges.  aq->lock held, dropped
- * around the release.
- */
-static void
-epoch_flushed_locked (struct async_leg *aq)
-{
-  struct aentry *e = alist_take (&aq->unflushed), *p;
-  struct volume *v = aq->v;
-
-  for (p = e; p; p = p->next) {
-    aq->lag_bytes -= p->count;
-    aq->flushed_seq = p->seq;
-    aq->newest_flushed_ns = p->enq_ns;
-  }
-  aq->oldest_unflushed_ns = aq->queue.head ? aq->queue.head->enq_ns : 0;
-  pthread_mutex_unlock (&aq->lock);
-  for (p = e; p; p = p->next)
-    if (v->al && !p->released)
-      al_release (v->al, p->offset, p->count);
-  pthread_mutex_lock (&aq->lock);
-  entries_put_locked (aq, e);
-  pthread_cond_broadcast (&aq->room);
-}
-
-/* Write the leg's superblock (its recovery point, or the end of a
- * catch-up).  No I/O to the leg is made under change_lock, which every
- * membership change of the volume needs (a slow or stuck asynchronous
- * leg must not hold those up): the superblock is built under it, then
- * written under aq->sb_lock alone, so that the sender's recovery
- * points and a resync's superblock writes for the leg (prepare_target,
- * finish_async) are never in flight together.  Returns 0 or an errno.
- */
-int
-async_write_sb (struct async_leg *aq)
-{
-  struct volume *v = aq->v;
-  struct leg *l = aq->l;
-  struct leg_cmd cmd = {
-    .op = OP_WRITE, .buf = aq->sb_buf, .count = META_BLOCK,
-    .flags = ENGINE_FLAG_FUA,
-  };
-  uint64_t seq;
-  int e;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->sb_lock);
-
-  pthread_mutex_lock (&v->change_lock);
-  seq = metaio_encode_sb (v, l, aq->sb_buf);
-  pthread_mutex_unlock (&v->change_lock);
-  cmd.offset = md_sb_offset (l->caps.size, seq % 2);
-  e = ioreq_sync_io (l, &cmd);
-  if (e == 0) {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
-    if (l->sb_seq < seq)
-      l->sb_seq = seq;
-  }
-  return e;
-}
-
-/* Write the leg's recovery point (its superblock's mtime, see
- * start.c's failover) if a second has passed since the last time.
- * Returns 0 or an errno.
- */
-static int
-write_recovery_point (struct async_leg *aq, uint64_t newest_ns)
-{
-  struct volume *v = aq->v;
-  uint64_t now = now_ns (), age;
-
-  if (!v->metadata || newest_ns == 0 ||
-      now - aq->rpo_written_ns < RPO_INTERVAL_NS)
-    return 0;
-  aq->rpo_written_ns = now;
-  age = now > newest_ns ? (now - newest_ns) / 1000000000ULL : 0;
-  pthread_mutex_lock (&v->change_lock);
-  aq->l->rpo_time = (uint64_t) time (NULL) - age;
-  pthread_mutex_unlock (&v->change_lock);
-  return async_write_sb (aq);
-}
-
-/* The leg failed under the sender: record it (before anything is
- * dropped, so that no writer finds the queue dropping while the leg is
- * still syncing), then drop everything.  aq->lock held, dropped around
- * the work.
- */
-static void
-sender_failed_locked (struct async_leg *aq, struct aentry **batch, size_t n,
-                      int err)
-{
-  struct aentry *dropped, *unflushed;
-  size_t i;
-
-  pthread_mutex_unlock (&aq->lock);
-  member_fail_leg (aq->v, aq->l, EPOCH_ANY, "asynchronous write failed: %s",
-                   strerror (err));
-  pthread_mutex_lock (&aq->lock);
-  for (i = 0; i < n; ++i) {
-    aq->used -= entry_cost (batch[i]);
-    release_data_locked (aq, batch[i]);
-  }
-  aq->nr_batch = 0;
-  dropped = aq->dropping ? NULL : start_dropping_locked (aq);
-  aq->dropping = true;
-  unflushed = alist_take (&aq->unflushed);
-  aq->lag_bytes = 0;
-  aq->oldest_unflushed_ns = 0;
-  aq->behind_since_ns = 0;
-  aq->marking++;
-  pthread_mutex_unlock (&aq->lock);
-
-  for (i = 0; i < n; ++i) {
-    mark_and_release (aq, batch[i]);
-    free (batch[i]);
-  }
-  drop_list (aq, unflushed);
-  drop_list (aq, dropped);
-  pthread_mutex_lock (&aq->lock);
-  if (--aq->marking == 0)
-    pthread_cond_broadcast (&aq->room);
-}
-
-/* Should the sender flush now: an epoch ended, or the leg dropped out
- * with sent writes still unflushed?  aq->lock held.
- */
-static bool
-flush_due_locked (struct async_leg *aq, bool marker)
-{
-  return aq->unflushed.head != NULL &&
-    (marker || aq->flush_now || (aq->dropping && aq->queue.head == NULL));
-}
-
-/* Wait for work.  A sender holding sent writes unflushed waits at
- * most IDLE_FLUSH_NS, then flushes them (flush_now) though no marker
- * came: a leg that stopped receiving writes (nbdrep fail, a failure
- * elsewhere) gets no more markers, and until they are flushed it is
- * not idle, so its catch-up could never start.  A flush between two
- * markers changes nothing the leg holds, it only makes it durable
- * sooner.  aq->lock held.
- */
-static void
-wait_for_work_locked (struct async_leg *aq)
-{
-  const struct timespec ts = deadline_after (CLOCK_MONOTONIC, IDLE_FLUSH_NS);
-
-  aq->asleep = true;
-  if (aq->unflushed.head == NULL)
-    pthread_cond_wait (&aq->work, &aq->lock);
-  else if (pthread_cond_timedwait (&aq->work, &aq->lock, &ts) == ETIMEDOUT &&
-           aq->queue.head == NULL)
-    aq->flush_now = true;
-  aq->asleep = false;
-}
-
-/* A batch sent while more was queued behind it, or while the buffer
- * was half full or more, or answered after the leg fell behind (the
- * leg, not the volume, was the bottleneck: the batch on its way when
- * the buffer filled is measured even if it was taken alone, so that a
- * leg that fell behind always has a rate before its catch-up is
- * considered) tells how fast the leg takes writes: an average of such
- * batches' bytes per second (keeps_pace_locked).  aq->lock held.
- */
-static void
-measure_leg_rate_locked (struct async_leg *aq, struct aentry **batch,
-                         size_t n, uint64_t ns)
-{
-  uint64_t bytes = 0, rate;
-  size_t i;
-
-  for (i = 0; i < n; ++i)
-    if (batch[i]->op == OP_WRITE)
-      bytes += batch[i]->count;
-  if (bytes == 0 || ns == 0)
-    return;
-  rate = bytes * 1000000000ULL / ns;
-  aq->leg_rate = aq->leg_rate ? (aq->leg_rate * 7 + rate) / 8 : rate;
-}
-
-/* Should the sender wait for more before it takes a batch: fewer than
- * WINDOW entries are queued, the oldest for less than GATHER_NS?  A
- * client writing one request at a time then costs the sender one
- * wake-up and one batch per GATHER_NS, not one per write, and its
- * writers do not wake the sender (wake_sender_locked).  aq->lock held.
- */
-static bool
-gathering_locked (const struct async_leg *aq)
-{
-  return aq->queue.head != NULL && !aq->dropping && !aq->stop &&
-    aq->nr_queued < WINDOW && now_ns () < aq->queue.head->enq_ns + GATHER_NS;
-}
-
-/* Wait until the oldest queued entry is GATHER_NS old, or a batch is
- * full, or the sender is stopped or woken.  aq->lock held.
- */
-static void
-gather_locked (struct async_leg *aq)
-{
-  const struct timespec ts = ns_to_timespec (aq->queue.head->enq_ns + GATHER_NS);
-
-  pthread_cond_timedwait (&aq->work, &aq->lock, &ts);
-}
-
-/* The sender thread (see the design note). */
-static void *
-sender (void *arg)
-{
-  struct async_leg *aq = arg;
-  struct aentry **batch = aq->batch;
-
-  pthread_mutex_lock (&aq->lock);
-  while (!aq->stop) {
-    bool marker, backed_up;
-    uint64_t sent_ns;
-    size_t n;
-    int err = 0;
-
-    if (gathering_locked (aq)) {
-      gather_locked (aq);
-      continue;
-    }
-    n = take_batch (aq, &marker);
-    if (n == 0 && !flush_due_locked (aq, marker)) {
-      if (aq->dropping && aq->unflushed.head == NULL && !aq->idle_told) {
-        /* Idle: catching up may start.  The monitor takes v->lock,
-         * which comes before aq->lock.
-         */
-        aq->idle_told = true;
-        pthread_mutex_unlock (&aq->lock);
-        member_wake_monitor (aq->v);
-        pthread_mutex_lock (&aq->lock);
-        continue;
-      }
-      if (!marker)
-        wait_for_work_locked (aq);
-      continue;
-    }
-    aq->busy = true;
-    backed_up = aq->queue.head != NULL ||
-      aq->used >= aq->v->cfg.async_buffer / 2;
-    pthread_mutex_unlock (&aq->lock);
-    sent_ns = now_ns ();
-    if (n > 0)
-      err = send_batch (aq, batch, n);
-    pthread_mutex_lock (&aq->lock);
-    if (err == 0 && (backed_up || aq->dropping))
-      measure_leg_rate_locked (aq, batch, n, now_ns () - sent_ns);
-    if (err == 0)
-      batch_answered_locked (aq, batch, n);
-    if (err == 0 && flush_due_locked (aq, marker)) {
-      aq->flush_now = false;
-      pthread_mutex_unlock (&aq->lock);
-      err = flush_leg (aq);
-      pthread_mutex_lock (&aq->lock);
-      if (err == 0) {
-        epoch_flushed_locked (aq);
-        pthread_mutex_unlock (&aq->lock);
-        err = write_recovery_point (aq, aq->newest_flushed_ns);
-        pthread_mutex_lock (&aq->lock);
-      }
-      n = 0;
-    }
-    if (err != 0)
-      sender_failed_locked (aq, batch, n, err);
-    aq->busy = false;
-    pthread_cond_broadcast (&aq->room);
-  }
-  pthread_mutex_unlock (&aq->lock);
-  return NULL;
-}
-
-/* Start the sender thread. */
-int
-async_start (struct async_leg *aq)
-{
-  int r = pthread_create (&aq->thread, NULL, sender, aq);
-
-  if (r != 0) {
-    errno = r;
-    nbdkit_error ("pthread_create: %m");
-    return -1;
-  }
-  aq->running = true;
-  return 0;
-}
-
-/* Wait up to timeout seconds for everything queued to be flushed (a
- * clean stop), then stop the sender.  What is left keeps its activity-
- * log extents hot: the next start resyncs them.
- */
-void
-async_stop (struct async_leg *aq, double timeout)
-{
-  uint64_t deadline = now_ns () + (uint64_t) (timeout * 1e9);
-  struct aentry *e, *queued, *unflushed;
-
-  if (!aq->running)
-    return;
-  pthread_mutex_lock (&aq->lock);
-  while ((aq->queue.head || aq->unflushed.head || aq->busy) &&
-         !aq->dropping && now_ns () < deadline) {
-    const struct timespec ts = deadline_after (CLOCK_REALTIME, DRAIN_POLL_NS);
-
-    pthread_cond_timedwait (&aq->room, &aq->lock, &ts);
-  }
-  aq->stop = true;
-  pthread_cond_broadcast (&aq->work);
-  pthread_cond_broadcast (&aq->room);
-  pthread_mutex_unlock (&aq->lock);
-  pthread_join (aq->thread, NULL);
-  aq->running = false;
-  /* Not flushed: their extents stay hot (never released), so the log
-   * still names them when the engine stops.
-   */
-  pthread_mutex_lock (&aq->lock);
-  for (e = aq->queue.head; e; e = e->next)
-    release_data_locked (aq, e);
-  queued = queue_take_all_locked (aq);
-  unflushed = alist_take (&aq->unflushed);
-  pthread_mutex_unlock (&aq->lock);
-  free_list (queued);
-  free_list (unflushed);
 }
 
 /* The leg receives writes again (a resync of its bitmap starts):

@@ -311,7 +311,7 @@ sb_for_leg (struct volume *v, struct leg *l, struct superblock *sb)
 
 /* Encode leg l's superblock, with the next seq, into buf (META_BLOCK
  * bytes), for a write the caller makes without change_lock (an
- * asynchronous leg's, async.c).  change_lock held.  Returns the seq.
+ * asynchronous leg's, async-sender.c).  change_lock held.  Returns the seq.
  */
 uint64_t
 metaio_encode_sb (struct volume *v, struct leg *l, uint8_t *buf)

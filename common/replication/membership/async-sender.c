@@ -1,0 +1,506 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The sender of an asynchronous leg: the thread of its own that takes
+ * the leg's queue to the leg, epoch by epoch, flushes it, writes its
+ * recovery point and drops everything when the leg fails; and its
+ * start and stop (async_start, async_stop).  The queue as a whole
+ * (what client writers do, crash consistency, falling behind and the
+ * marking protocol) is described in async.c's note; the structures
+ * both files use are in async-int.h.
+ *
+ * Epochs.  The sender takes the writes of one epoch in batches of up
+ * to WINDOW (take_batch), sending a batch at once; a write that
+ * overlaps one already in the batch starts the next batch, so
+ * overlapping writes land in queue order.  At a marker, once every
+ * write of the epoch has been answered, it flushes the leg, and only
+ * then starts on the next epoch: the crash consistency of async.c's
+ * note rests on this.  Once a flush is done, the writes it made
+ * durable let their activity-log references go (epoch_flushed_locked).
+ *
+ * Sending.  The sender gathers a batch for up to GATHER_NS (or WINDOW
+ * entries) before taking it, and writers wake it only when it sleeps
+ * with nothing queued (asleep), so a client writing one request at a
+ * time costs one wake-up per GATHER_NS.  A write's data goes back to
+ * the ring once the leg has answered it; its entry stays, unflushed,
+ * until its epoch is flushed.  A sender holding unflushed writes with
+ * nothing more to send flushes them after IDLE_FLUSH_NS without a
+ * marker (wait_for_work_locked): a leg that stops receiving writes
+ * gets no more markers, and a flush inside an epoch changes nothing
+ * the leg holds.  A leg that started dropping has what it was sent
+ * flushed at once (flush_due_locked); once the sender is idle it tells
+ * the monitor, which may start the catch-up (async_may_catch_up).
+ * Batches sent while the leg was the bottleneck measure how fast it
+ * takes writes (measure_leg_rate_locked, read by keeps_pace_locked).
+ *
+ * Recovery point.  After a flushed epoch, at most once per
+ * RPO_INTERVAL_NS, the sender writes the leg's superblock with the
+ * time of the newest write it holds flushed (write_recovery_point;
+ * start.c's failover reads it).  The superblock is built under
+ * change_lock and written under aq->sb_lock alone (async_write_sb,
+ * which a resync calls too for the same leg).
+ *
+ * A leg that fails (an error or a timeout of the sender's requests)
+ * goes through member_fail_leg, which ORs the hot extents into its
+ * bitmap; the sender then drops what is queued and unflushed the same
+ * way, and waits until the leg receives writes again (async_resume).
+ *
+ * Stopping (async_stop) waits up to a timeout for the queue to be
+ * flushed, then stops the thread; what is left keeps its activity-log
+ * extents hot, so that the next start resyncs them.
+ *
+ * Lock order: v->lock -> aq->lock (the monitor and status look at the
+ * queue under v->lock), and aq->lock is a leaf: the sender drops it
+ * around every call that takes another lock (member_fail_leg,
+ * member_wake_monitor) and around all I/O.  The sender takes no lock
+ * across I/O but aq->sb_lock, across a superblock write; aq->sb_lock
+ * -> v->change_lock (async_write_sb), and neither is taken with
+ * aq->lock held.
+ */
+
+#include <config.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+#include "ioreq.h"
+#include "member.h"
+#include "al.h"
+#include "async.h"
+#include "async-int.h"
+#include "metaio.h"
+#include "cleanup.h"
+
+#define GATHER_NS 1000000ULL    /* a batch waits this long for more */
+#define IDLE_FLUSH_NS 200000000ULL      /* sent writes wait this long
+                                           for their epoch's marker */
+#define DRAIN_POLL_NS 100000000ULL
+#define RPO_INTERVAL_NS 1000000000ULL   /* recovery point written at most
+                                           once a second */
+
+/* Take the queue's first entry.  aq->lock held. */
+static struct aentry *
+queue_pop_locked (struct async_leg *aq)
+{
+  struct aentry *e = aq->queue.head;
+
+  aq->queue.head = e->next;
+  if (aq->queue.head == NULL)
+    aq->queue.tail = NULL;
+  aq->nr_queued--;
+  e->next = NULL;
+  return e;
+}
+
+/* Do two entries overlap? */
+static bool
+overlap (const struct aentry *a, const struct aentry *b)
+{
+  return a->offset < b->offset + b->count && b->offset < a->offset + a->count;
+}
+
+/* Take the next batch from the queue: up to WINDOW writes of the
+ * current epoch, stopping before one that overlaps the batch.  *marker
+ * is set if the epoch ends after it (its marker is freed here).
+ * aq->lock held.  Returns the number taken.
+ */
+static size_t
+take_batch (struct async_leg *aq, bool *marker)
+{
+  struct aentry **batch = aq->batch;
+  size_t n = 0, i;
+
+  *marker = false;
+  while (n < WINDOW && aq->queue.head) {
+    struct aentry *e = aq->queue.head;
+    if (e->op == OP_FLUSH) {
+      queue_pop_locked (aq);
+      aq->used -= entry_cost (e);
+      entries_put_locked (aq, e);
+      *marker = true;
+      break;
+    }
+    for (i = 0; i < n; ++i)
+      if (overlap (batch[i], e))
+        return n;
+    batch[n++] = queue_pop_locked (aq);
+    aq->nr_batch = n;
+  }
+  return n;
+}
+
+/* Send a batch to the leg and wait.  Returns 0 or the first errno. */
+static int
+send_batch (struct async_leg *aq, struct aentry **batch, size_t n)
+{
+  int err = 0;
+  size_t i;
+
+  for (i = 0; i < n; ++i) {
+    struct leg_cmd cmd = {
+      .op = batch[i]->op, .count = batch[i]->count,
+      .offset = batch[i]->offset, .flags = batch[i]->flags,
+      .buf = batch[i]->op == OP_WRITE ? batch[i]->data : NULL,
+    };
+    ioreq_init (&aq->reqs[i], aq->v);
+    ioreq_submit (&aq->reqs[i], aq->l, &cmd);
+  }
+  for (i = 0; i < n; ++i) {
+    int e;
+    ioreq_wait (&aq->reqs[i]);
+    e = ioreq_leg_error (&aq->reqs[i], aq->l->index);
+    if (err == 0)
+      err = e;
+    ioreq_destroy (&aq->reqs[i]);
+  }
+  return err;
+}
+
+/* Flush the leg.  Returns 0 or an errno. */
+static int
+flush_leg (struct async_leg *aq)
+{
+  static const struct leg_cmd flush = { .op = OP_FLUSH };
+
+  return ioreq_sync_io (aq->l, &flush);
+}
+
+/* The batch was answered: its data may go (the ranges stay held until
+ * the flush).  aq->lock held.
+ */
+static void
+batch_answered_locked (struct async_leg *aq, struct aentry **batch, size_t n)
+{
+  size_t i;
+
+  for (i = 0; i < n; ++i) {
+    struct aentry *e = batch[i];
+    aq->used -= entry_cost (e);
+    release_data_locked (aq, e);
+    alist_push (&aq->unflushed, e);
+  }
+  aq->nr_batch = 0;
+  pthread_cond_broadcast (&aq->room);
+}
+
+/* The epoch was flushed: release its ranges.  aq->lock held, dropped
+ * around the release.
+ */
+static void
+epoch_flushed_locked (struct async_leg *aq)
+{
+  struct aentry *e = alist_take (&aq->unflushed), *p;
+  struct volume *v = aq->v;
+
+  for (p = e; p; p = p->next) {
+    aq->lag_bytes -= p->count;
+    aq->flushed_seq = p->seq;
+    aq->newest_flushed_ns = p->enq_ns;
+  }
+  aq->oldest_unflushed_ns = aq->queue.head ? aq->queue.head->enq_ns : 0;
+  pthread_mutex_unlock (&aq->lock);
+  for (p = e; p; p = p->next)
+    if (v->al && !p->released)
+      al_release (v->al, p->offset, p->count);
+  pthread_mutex_lock (&aq->lock);
+  entries_put_locked (aq, e);
+  pthread_cond_broadcast (&aq->room);
+}
+
+/* Write the leg's superblock (its recovery point, or the end of a
+ * catch-up).  No I/O to the leg is made under change_lock, which every
+ * membership change of the volume needs (a slow or stuck asynchronous
+ * leg must not hold those up): the superblock is built under it, then
+ * written under aq->sb_lock alone, so that the sender's recovery
+ * points and a resync's superblock writes for the leg (prepare_target,
+ * finish_async) are never in flight together.  Returns 0 or an errno.
+ */
+int
+async_write_sb (struct async_leg *aq)
+{
+  struct volume *v = aq->v;
+  struct leg *l = aq->l;
+  struct leg_cmd cmd = {
+    .op = OP_WRITE, .buf = aq->sb_buf, .count = META_BLOCK,
+    .flags = ENGINE_FLAG_FUA,
+  };
+  uint64_t seq;
+  int e;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->sb_lock);
+
+  pthread_mutex_lock (&v->change_lock);
+  seq = metaio_encode_sb (v, l, aq->sb_buf);
+  pthread_mutex_unlock (&v->change_lock);
+  cmd.offset = md_sb_offset (l->caps.size, seq % 2);
+  e = ioreq_sync_io (l, &cmd);
+  if (e == 0) {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
+    if (l->sb_seq < seq)
+      l->sb_seq = seq;
+  }
+  return e;
+}
+
+/* Write the leg's recovery point (its superblock's mtime, see
+ * start.c's failover) if a second has passed since the last time.
+ * Returns 0 or an errno.
+ */
+static int
+write_recovery_point (struct async_leg *aq, uint64_t newest_ns)
+{
+  struct volume *v = aq->v;
+  uint64_t now = now_ns (), age;
+
+  if (!v->metadata || newest_ns == 0 ||
+      now - aq->rpo_written_ns < RPO_INTERVAL_NS)
+    return 0;
+  aq->rpo_written_ns = now;
+  age = now > newest_ns ? (now - newest_ns) / 1000000000ULL : 0;
+  pthread_mutex_lock (&v->change_lock);
+  aq->l->rpo_time = (uint64_t) time (NULL) - age;
+  pthread_mutex_unlock (&v->change_lock);
+  return async_write_sb (aq);
+}
+
+/* The leg failed under the sender: record it (before anything is
+ * dropped, so that no writer finds the queue dropping while the leg is
+ * still syncing), then drop everything.  aq->lock held, dropped around
+ * the work.
+ */
+static void
+sender_failed_locked (struct async_leg *aq, struct aentry **batch, size_t n,
+                      int err)
+{
+  struct aentry *dropped, *unflushed;
+  size_t i;
+
+  pthread_mutex_unlock (&aq->lock);
+  member_fail_leg (aq->v, aq->l, EPOCH_ANY, "asynchronous write failed: %s",
+                   strerror (err));
+  pthread_mutex_lock (&aq->lock);
+  for (i = 0; i < n; ++i) {
+    aq->used -= entry_cost (batch[i]);
+    release_data_locked (aq, batch[i]);
+  }
+  aq->nr_batch = 0;
+  dropped = aq->dropping ? NULL : start_dropping_locked (aq);
+  aq->dropping = true;
+  unflushed = alist_take (&aq->unflushed);
+  aq->lag_bytes = 0;
+  aq->oldest_unflushed_ns = 0;
+  aq->behind_since_ns = 0;
+  aq->marking++;
+  pthread_mutex_unlock (&aq->lock);
+
+  for (i = 0; i < n; ++i) {
+    mark_and_release (aq, batch[i]);
+    free (batch[i]);
+  }
+  drop_list (aq, unflushed);
+  drop_list (aq, dropped);
+  pthread_mutex_lock (&aq->lock);
+  if (--aq->marking == 0)
+    pthread_cond_broadcast (&aq->room);
+}
+
+/* Should the sender flush now: an epoch ended, or the leg dropped out
+ * with sent writes still unflushed?  aq->lock held.
+ */
+static bool
+flush_due_locked (struct async_leg *aq, bool marker)
+{
+  return aq->unflushed.head != NULL &&
+    (marker || aq->flush_now || (aq->dropping && aq->queue.head == NULL));
+}
+
+/* Wait for work.  A sender holding sent writes unflushed waits at
+ * most IDLE_FLUSH_NS, then flushes them (flush_now) though no marker
+ * came: a leg that stopped receiving writes (nbdrep fail, a failure
+ * elsewhere) gets no more markers, and until they are flushed it is
+ * not idle, so its catch-up could never start.  A flush between two
+ * markers changes nothing the leg holds, it only makes it durable
+ * sooner.  aq->lock held.
+ */
+static void
+wait_for_work_locked (struct async_leg *aq)
+{
+  const struct timespec ts = deadline_after (CLOCK_MONOTONIC, IDLE_FLUSH_NS);
+
+  aq->asleep = true;
+  if (aq->unflushed.head == NULL)
+    pthread_cond_wait (&aq->work, &aq->lock);
+  else if (pthread_cond_timedwait (&aq->work, &aq->lock, &ts) == ETIMEDOUT &&
+           aq->queue.head == NULL)
+    aq->flush_now = true;
+  aq->asleep = false;
+}
+
+/* A batch sent while more was queued behind it, or while the buffer
+ * was half full or more, or answered after the leg fell behind (the
+ * leg, not the volume, was the bottleneck: the batch on its way when
+ * the buffer filled is measured even if it was taken alone, so that a
+ * leg that fell behind always has a rate before its catch-up is
+ * considered) tells how fast the leg takes writes: an average of such
+ * batches' bytes per second (keeps_pace_locked).  aq->lock held.
+ */
+static void
+measure_leg_rate_locked (struct async_leg *aq, struct aentry **batch,
+                         size_t n, uint64_t ns)
+{
+  uint64_t bytes = 0, rate;
+  size_t i;
+
+  for (i = 0; i < n; ++i)
+    if (batch[i]->op == OP_WRITE)
+      bytes += batch[i]->count;
+  if (bytes == 0 || ns == 0)
+    return;
+  rate = bytes * 1000000000ULL / ns;
+  aq->leg_rate = aq->leg_rate ? (aq->leg_rate * 7 + rate) / 8 : rate;
+}
+
+/* Should the sender wait for more before it takes a batch: fewer than
+ * WINDOW entries are queued, the oldest for less than GATHER_NS?  A
+ * client writing one request at a time then costs the sender one
+ * wake-up and one batch per GATHER_NS, not one per write, and its
+ * writers do not wake the sender (wake_sender_locked).  aq->lock held.
+ */
+static bool
+gathering_locked (const struct async_leg *aq)
+{
+  return aq->queue.head != NULL && !aq->dropping && !aq->stop &&
+    aq->nr_queued < WINDOW && now_ns () < aq->queue.head->enq_ns + GATHER_NS;
+}
+
+/* Wait until the oldest queued entry is GATHER_NS old, or a batch is
+ * full, or the sender is stopped or woken.  aq->lock held.
+ */
+static void
+gather_locked (struct async_leg *aq)
+{
+  const struct timespec ts = ns_to_timespec (aq->queue.head->enq_ns + GATHER_NS);
+
+  pthread_cond_timedwait (&aq->work, &aq->lock, &ts);
+}
+
+/* The sender thread (see the design note). */
+static void *
+sender (void *arg)
+{
+  struct async_leg *aq = arg;
+  struct aentry **batch = aq->batch;
+
+  pthread_mutex_lock (&aq->lock);
+  while (!aq->stop) {
+    bool marker, backed_up;
+    uint64_t sent_ns;
+    size_t n;
+    int err = 0;
+
+    if (gathering_locked (aq)) {
+      gather_locked (aq);
+      continue;
+    }
+    n = take_batch (aq, &marker);
+    if (n == 0 && !flush_due_locked (aq, marker)) {
+      if (aq->dropping && aq->unflushed.head == NULL && !aq->idle_told) {
+        /* Idle: catching up may start.  The monitor takes v->lock,
+         * which comes before aq->lock.
+         */
+        aq->idle_told = true;
+        pthread_mutex_unlock (&aq->lock);
+        member_wake_monitor (aq->v);
+        pthread_mutex_lock (&aq->lock);
+        continue;
+      }
+      if (!marker)
+        wait_for_work_locked (aq);
+      continue;
+    }
+    aq->busy = true;
+    backed_up = aq->queue.head != NULL ||
+      aq->used >= aq->v->cfg.async_buffer / 2;
+    pthread_mutex_unlock (&aq->lock);
+    sent_ns = now_ns ();
+    if (n > 0)
+      err = send_batch (aq, batch, n);
+    pthread_mutex_lock (&aq->lock);
+    if (err == 0 && (backed_up || aq->dropping))
+      measure_leg_rate_locked (aq, batch, n, now_ns () - sent_ns);
+    if (err == 0)
+      batch_answered_locked (aq, batch, n);
+    if (err == 0 && flush_due_locked (aq, marker)) {
+      aq->flush_now = false;
+      pthread_mutex_unlock (&aq->lock);
+      err = flush_leg (aq);
+      pthread_mutex_lock (&aq->lock);
+      if (err == 0) {
+        epoch_flushed_locked (aq);
+        pthread_mutex_unlock (&aq->lock);
+        err = write_recovery_point (aq, aq->newest_flushed_ns);
+        pthread_mutex_lock (&aq->lock);
+      }
+      n = 0;
+    }
+    if (err != 0)
+      sender_failed_locked (aq, batch, n, err);
+    aq->busy = false;
+    pthread_cond_broadcast (&aq->room);
+  }
+  pthread_mutex_unlock (&aq->lock);
+  return NULL;
+}
+
+/* Start the sender thread. */
+int
+async_start (struct async_leg *aq)
+{
+  int r = pthread_create (&aq->thread, NULL, sender, aq);
+
+  if (r != 0) {
+    errno = r;
+    nbdkit_error ("pthread_create: %m");
+    return -1;
+  }
+  aq->running = true;
+  return 0;
+}
+
+/* Wait up to timeout seconds for everything queued to be flushed (a
+ * clean stop), then stop the sender.  What is left keeps its activity-
+ * log extents hot: the next start resyncs them.
+ */
+void
+async_stop (struct async_leg *aq, double timeout)
+{
+  uint64_t deadline = now_ns () + (uint64_t) (timeout * 1e9);
+  struct aentry *e, *queued, *unflushed;
+
+  if (!aq->running)
+    return;
+  pthread_mutex_lock (&aq->lock);
+  while ((aq->queue.head || aq->unflushed.head || aq->busy) &&
+         !aq->dropping && now_ns () < deadline) {
+    const struct timespec ts = deadline_after (CLOCK_REALTIME, DRAIN_POLL_NS);
+
+    pthread_cond_timedwait (&aq->room, &aq->lock, &ts);
+  }
+  aq->stop = true;
+  pthread_cond_broadcast (&aq->work);
+  pthread_cond_broadcast (&aq->room);
+  pthread_mutex_unlock (&aq->lock);
+  pthread_join (aq->thread, NULL);
+  aq->running = false;
+  /* Not flushed: their extents stay hot (never released), so the log
+   * still names them when the engine stops.
+   */
+  pthread_mutex_lock (&aq->lock);
+  for (e = aq->queue.head; e; e = e->next)
+    release_data_locked (aq, e);
+  queued = queue_take_all_locked (aq);
+  unflushed = alist_take (&aq->unflushed);
+  pthread_mutex_unlock (&aq->lock);
+  free_list (queued);
+  free_list (unflushed);
+}
