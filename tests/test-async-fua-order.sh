@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+#
+# An asynchronous leg must never hold a write made after a FUA write
+# was acknowledged without that FUA write (DESIGN.md section 14: "always
+# crash-consistent").  A FUA write is durable once acknowledged (NBD
+# protocol), so no crash of the volume can lose it and keep a write the
+# client issued only after the acknowledgement; a filesystem's journal
+# relies on it (jbd2 writes its commit block with FUA, then the
+# transaction's blocks to their home locations with no flush between;
+# the built-in ublk frontend declares a volatile cache with FUA).
+#
+# Two file legs and an asynchronous one behind the faultinject filter:
+#   1. W0 (at 16M) is sent to the asynchronous leg and held there 2 s,
+#      so that its sender is busy;
+#   2. meanwhile W1 (at 1M) with FUA, acknowledged by the synchronous
+#      legs, then W2 (at 8M); no flush.  Both are queued while the sender
+#      waits for W0, so they go in one batch; the filter holds W1 6 s;
+#   3. as soon as the leg's file holds W2 it must hold W1 as well (a
+#      copy of it is the crash-consistency check; status must not call
+#      the leg consistent otherwise);
+#   4. after a flush, once the leg replicates with lag 0, every leg holds
+#      every acknowledged write.
+
+source ./functions.sh
+set -euo pipefail
+set -x
+source "$abs_top_srcdir/tests/fault-functions.sh"
+
+requires_nbdsh
+requires_nbdinfo
+
+ctl=$tmpdir/c.ctl
+rules=$tmpdir/r2.rules
+faults=$tmpdir/r2.faults
+expected=$tmpdir/expected
+frozen=$tmpdir/frozen.img
+M=$(( 1024 * 1024 ))
+len=$(( 64 * 1024 ))
+
+start_replica 0 32M
+start_replica 1 32M
+start_replica 2 32M -- --filter="$FAULTINJECT" rules="$rules" log="$faults"
+start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" async="$r2_uri" \
+  async-full=block timeout=30 control="$ctl"
+wait_volume_state 30 "$ctl" healthy
+wait_until 60 status_check "$ctl" 'leg(2)["async"]["state"] == "replicating"'
+new_expected "$expected" "$c_uri"
+
+# 1, 2.
+fault_arm "$rules" \
+  "id=busy op=write range=$(( 16 * M ))-$(( 16 * M + len )) phase=hold secs=2 count=1" \
+  "id=fua op=write range=$M-$(( M + len )) phase=hold secs=6 count=1"
+"$NBDSH" -u "$c_uri" -c "
+import time
+def put(seed, off, flags=0):
+    buf = bytes([seed]) * $len
+    h.pwrite(buf, off, flags)
+    with open('$expected', 'r+b') as f:
+        f.seek(off)
+        f.write(buf)
+put(0x30, 16 * $M)
+time.sleep(0.3)
+put(0x31, $M, nbd.CMD_FLAG_FUA)
+put(0x32, 8 * $M)
+"
+fault_wait "$faults" busy fire 10
+
+# 3.  The leg's own file, as a crash or a failover would find it, the
+# moment W2 is there.
+python3 -c "
+import sys, time
+deadline = time.monotonic() + 20
+while time.monotonic() < deadline:
+    with open('$tmpdir/r2.img', 'rb') as f:
+        img = f.read(32 * $M)
+    if img[8 * $M:8 * $M + $len] == bytes([0x32]) * $len:
+        break
+    time.sleep(0.01)
+else:
+    sys.exit('W2 never reached the asynchronous leg')
+with open('$frozen', 'wb') as f:
+    f.write(img)
+"
+consistent=$(nbdrep_status_get "$ctl" \
+  'next(str(l["async"]["consistent"]) + " " + l["async"]["state"] for l in s["legs"] if l["index"] == 2)')
+echo "status when W2 landed: $consistent"
+_fault_logged "$faults" fire fua
+python3 -c "
+import sys
+with open('$frozen', 'rb') as f:
+    img = f.read()
+w1 = img[$M:$M + $len]
+if w1 != bytes([0x31]) * $len:
+    sys.exit('the asynchronous leg holds W2 (8M), issued after the FUA '
+             'write W1 (1M) was acknowledged, but not W1 (it holds %r...): '
+             'no crash state of the volume (status: $consistent)' % w1[:8])
+print('the leg holds W1 with W2')
+"
+
+# 4.
+fault_wait "$faults" fua done 30
+"$NBDSH" -u "$c_uri" -c 'h.flush()'
+wait_until 60 status_check "$ctl" \
+  'leg(2)["async"]["state"] == "replicating" and leg(2)["async"]["lag_bytes"] == 0'
+compare_legs "$expected" "$c_uri" "$r0_uri" "$r1_uri" "$r2_uri"
