@@ -7,7 +7,8 @@
  * A controller without nbdkit: the engine is configured with the
  * KEY=VALUE parameters (replica=URI, control=SOCKET, timeout=...) and
  * started; then one thread keeps DEPTH requests in flight until
- * STOPFILE exists: reads, writes (some with FUA) and zeroes (some that
+ * STOPFILE exists: reads, writes (one in AIO_DRIVER_FUA_EVERY, from the
+ * environment, default 8, 0 for none, with FUA) and zeroes (some that
  * may trim) of 4 to 64 KiB at random 4 KiB blocks.  As the first queue
  * of ublk.c, that thread drives the engine's poller (poller_adopt: it
  * polls the poller's descriptor and reads the legs' replies itself),
@@ -97,6 +98,7 @@ static uint64_t nr_blocks;
 /* Per block: writes and reads in flight, writes left to the worker. */
 static unsigned *writes_in_flight, *reads_in_flight, *refused_in_flight;
 static uint64_t rng_state = 0x9e3779b97f4a7c15;
+static unsigned long fua_every = 8;     /* AIO_DRIVER_FUA_EVERY */
 
 /* Completions back to the issuing thread (and its eventfd); tails to
  * the finisher, refused requests to the worker.
@@ -338,7 +340,7 @@ prepare (struct slot *s)
     count_in_flight (s, reads_in_flight, 1);
     return;
   }
-  if (rnd () % 8 == 0)
+  if (fua_every != 0 && rnd () % fua_every == 0)
     c->flags |= ENGINE_FLAG_FUA;
   if (kind < 9) {
     c->op = OP_WRITE;
@@ -738,6 +740,8 @@ main (int argc, char *argv[])
   if (argc < 5)
     die ("usage: aio-driver PROGRESS STOPFILE EXPECTED KEY=VALUE...\n"
          "       aio-driver --script KEY=VALUE...");
+  if (getenv ("AIO_DRIVER_FUA_EVERY"))
+    fua_every = strtoul (getenv ("AIO_DRIVER_FUA_EVERY"), NULL, 10);
   start_engine (argc - 4, argv + 4);
   size = engine_get_size (vol);
   if (size < (int64_t) (MAX_BLOCKS * BLOCK))

@@ -10,7 +10,9 @@
  * Epochs.  The sender takes the writes of one epoch in batches of up
  * to WINDOW (take_batch), sending a batch at once; a write that
  * overlaps one already in the batch starts the next batch, so
- * overlapping writes land in queue order.  At a marker, once every
+ * overlapping writes land in queue order, and a FUA write (sent with
+ * FUA) is the last of its batch, so what was queued after it goes
+ * only once the leg has made it durable.  At a marker, once every
  * write of the epoch has been answered, it flushes the leg, and only
  * then starts on the next epoch: the crash consistency of async.c's
  * note rests on this.  Once a flush is done, the writes it made
@@ -126,6 +128,12 @@ take_batch (struct async_leg *aq, bool *marker)
         return n;
     batch[n++] = queue_pop_locked (aq);
     aq->nr_batch = n;
+    /* A FUA write is durable once acknowledged: what is queued after
+     * it (its client may have waited for it) is sent only once the
+     * leg has made it durable too (sent with FUA, send_batch).
+     */
+    if (e->flags & ENGINE_FLAG_FUA)
+      break;
   }
   return n;
 }
@@ -148,7 +156,7 @@ send_batch (struct async_leg *aq, struct aentry **batch, size_t n)
   }
   for (i = 0; i < n; ++i) {
     int e;
-    ioreq_wait (&aq->reqs[i]);
+    ioreq_wait_fua (&aq->reqs[i]);
     e = ioreq_leg_error (&aq->reqs[i], aq->l->index);
     if (err == 0)
       err = e;

@@ -30,6 +30,10 @@
  * state at a flush plus part of the next epoch, overlapping writes in
  * order.  A write is queued before its client is acknowledged, so a
  * write that causally follows another is never in an earlier epoch.
+ * A FUA write is durable once acknowledged, so a write queued after it
+ * must not land before it even within an epoch: it keeps its FUA flag,
+ * is sent with it and ends its batch (async-sender.c, take_batch), so
+ * nothing queued after it is sent before the leg has made it durable.
  *
  * Queueing.  A write's data is copied into a ring (bufring.c, allocated
  * once: no malloc and no fresh page per write) and its entry taken
@@ -487,7 +491,8 @@ queue_command_locked (struct async_leg *aq, const struct leg_cmd *cmd)
     return -1;
   *e = (struct aentry) {
     .op = cmd->op, .count = cmd->count, .offset = cmd->offset,
-    .flags = cmd->flags & ENGINE_FLAG_MAY_TRIM, .enq_ns = now_ns (),
+    .flags = cmd->flags & (ENGINE_FLAG_MAY_TRIM | ENGINE_FLAG_FUA),
+    .enq_ns = now_ns (),
   };
   if (cmd->op == OP_WRITE && copy_data_locked (aq, e, cmd) == -1) {
     entries_put_locked (aq, e);
