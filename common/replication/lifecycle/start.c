@@ -219,6 +219,11 @@ examine_leg (struct volume *v, size_t i, struct elect_leg *el)
  * synchronous from now on (DESIGN.md section 14).  Say how far behind
  * it is: its superblock's mtime is its recovery point, the time of the
  * newest write it held flushed when it was last written (async-sender.c).
+ * Say too what becomes of the synchronous legs that come back while
+ * this controller runs: their generation is not in its history, so the
+ * monitor refuses them (monitor.c, judge_sb_locked) and never writes to
+ * them, since they may hold the only copy of writes newer than the
+ * recovery point; the operator rebuilds them.
  */
 static void
 promote (struct volume *v, struct leg *l, const struct superblock *sb)
@@ -233,10 +238,14 @@ promote (struct volume *v, struct leg *l, const struct superblock *sb)
   nbdkit_error ("failover: %s, an asynchronous leg, is promoted "
                 "(prefer=%u force=true): the volume is served as it holds "
                 "it, every write up to %s (%.0f s before this start) and "
-                "possibly some later ones; the other legs are rebuilt "
-                "from it when they return",
+                "possibly some later ones; a synchronous leg that comes "
+                "back while this controller runs is refused as a split "
+                "brain and left as it is (it may hold later writes): to "
+                "rebuild one from this leg, nbdrep remove it and nbdrep "
+                "add its URI, or restart with prefer=%u force=true once "
+                "it is reachable",
                 leg_name (l, name, sizeof name), l->index, when,
-                rpo > 0 ? difftime (time (NULL), rpo) : 0.0);
+                rpo > 0 ? difftime (time (NULL), rpo) : 0.0, l->index);
   async_promote_leg (v, l);
 }
 
