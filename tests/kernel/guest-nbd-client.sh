@@ -7,7 +7,7 @@
 # the VM of vm-run.sh (Debian's kernel, which has nbd.ko): three file
 # replicas on tmpfs, the controller (plugin shape, control socket,
 # quorum=2, timeout=10: an emulated CPU on a busy host stalls for seconds),
-# `nbd-client -C 4 -b 4096` over a Unix socket, ext4, and the
+# `nbd-client -C 4 -b 4096 -t 300` over a Unix socket, ext4, and the
 # shared scenario of guest-lib.sh: the file workload with leg 1 killed
 # (SIGKILL) and restarted under it, an incremental resync, no error in the
 # kernel log or ext4, every file as written after a remount, git fsck,
@@ -24,7 +24,12 @@ start_controller "$PLUGIN" "$(leg_uri 0)" "$(leg_uri 1)" "$(leg_uri 2)" \
 size=$(nbdinfo --size 'nbd+unix:///?socket=/tmp/c.sock')
 note "controller up: $size bytes, $(status_get '.volume.legs') legs"
 
-nbd-client -unix /tmp/c.sock /dev/nbd0 -C 4 -b 4096 -N default
+# -t 300: without a timeout the kernel's default of 30 s applies, and
+# with several connections a request still unanswered then is sent
+# again on another one ("Connection timed out, retrying", which
+# check_kernel_log counts as an error): under emulation on a busy host
+# mkfs's discard of the whole device took longer than that.
+nbd-client -unix /tmp/c.sock /dev/nbd0 -C 4 -b 4096 -N default -t 300
 [ "$(( $(cat /sys/block/nbd0/size) * 512 ))" -eq "$size" ] ||
   fail "/dev/nbd0 is not $size bytes"
 [ "$(cat /sys/block/nbd0/queue/logical_block_size)" -eq 4096 ] ||
