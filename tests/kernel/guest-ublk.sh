@@ -263,7 +263,9 @@ stop_server c
 args_keep=$(printf '%q ' "${args[@]}")
 server_args[c]=$args_keep
 restart_controller
-nbd-client -unix /tmp/c.sock /dev/nbd0 -C 4 -b 4096 -N default
+# -t 300 as in guest-nbd-client.sh: not the kernel's 30 s, after which a
+# slow request is sent again on another connection.
+nbd-client -unix /tmp/c.sock /dev/nbd0 -C 4 -b 4096 -N default -t 300
 note "fio: 4 KiB random reads, then writes, on /dev/ublkb0 and /dev/nbd0 (ABBA)"
 reads=$(fio_abba randread)
 writes=$(fio_abba randwrite)
