@@ -732,6 +732,7 @@ int
 main (int argc, char *argv[])
 {
   pthread_t threads[2];
+  const char *fua_env;
   int64_t size;
 
   signal (SIGPIPE, SIG_IGN);
@@ -740,8 +741,9 @@ main (int argc, char *argv[])
   if (argc < 5)
     die ("usage: aio-driver PROGRESS STOPFILE EXPECTED KEY=VALUE...\n"
          "       aio-driver --script KEY=VALUE...");
-  if (getenv ("AIO_DRIVER_FUA_EVERY"))
-    fua_every = strtoul (getenv ("AIO_DRIVER_FUA_EVERY"), NULL, 10);
+  fua_env = getenv ("AIO_DRIVER_FUA_EVERY");
+  if (fua_env)
+    fua_every = strtoul (fua_env, NULL, 10);
   start_engine (argc - 4, argv + 4);
   size = engine_get_size (vol);
   if (size < (int64_t) (MAX_BLOCKS * BLOCK))
