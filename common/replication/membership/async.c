@@ -34,6 +34,8 @@
  * must not land before it even within an epoch: it keeps its FUA flag,
  * is sent with it and ends its batch (async-sender.c, take_batch), so
  * nothing queued after it is sent before the leg has made it durable.
+ * A marker that cannot be had (out of memory) makes the leg fall
+ * behind rather than merge two epochs (async_cut_epochs).
  *
  * Queueing.  A write's data is copied into a ring (bufring.c, allocated
  * once: no malloc and no fresh page per write) and its entry taken
@@ -129,6 +131,11 @@
  * resume waits for it).  For tests only (test-async-late-mark.sh).
  */
 int replicate_debug_async_mark_pause = 0;   /* exported by the .syms */
+/* -D replicate.async_marker_fail=1: every epoch marker fails as if
+ * memory had run out (cut_epoch_locked).  For tests only
+ * (test-async-marker-oom.sh).
+ */
+int replicate_debug_async_marker_fail = 0;  /* exported by the .syms */
 
 /* Free a list of entries (their data let go already). */
 void
@@ -668,22 +675,32 @@ async_shed (struct volume *v)
 }
 
 /* Queue the marker that ends the current epoch, if anything was
- * queued since the last one.  aq->lock held.
+ * queued since the last one.  aq->lock held.  Returns false if no
+ * entry could be had for it (out of memory): the epoch is not ended.
  */
-static void
+static bool
 cut_epoch_locked (struct async_leg *aq)
 {
   struct aentry *e;
 
-  if (!aq->epoch_open || (e = entry_get_locked (aq)) == NULL)
-    return;
+  if (!aq->epoch_open)
+    return true;
+  e = replicate_debug_async_marker_fail ? NULL : entry_get_locked (aq);
+  if (e == NULL)
+    return false;
   *e = (struct aentry) { .op = OP_FLUSH, .enq_ns = now_ns () };
   queue_locked (aq, e);
   aq->epoch_open = false;
+  return true;
 }
 
 /* End the current epoch of every asynchronous leg receiving writes (a
- * client flush, or the engine's own).
+ * client flush, or the engine's own).  A leg whose marker cannot be
+ * had falls behind instead: its epoch would merge with the next, and
+ * a write the client issued after this flush could land before one it
+ * made durable with it (no crash state).  Dropped, both go to the
+ * bitmap, and the leg keeps what it holds: epochs up to the last
+ * marker, and part of this one.  No lock held.
  */
 void
 async_cut_epochs (struct volume *v)
@@ -693,10 +710,20 @@ async_cut_epochs (struct volume *v)
 
   for (; legs != 0; legs &= legs - 1) {
     struct async_leg *aq = v->legs[__builtin_ctz (legs)].aq;
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
+    static const char why[] = "no memory for an epoch marker: pulled ahead";
+    bool cut;
 
-    if (!aq->dropping)
-      cut_epoch_locked (aq);
+    pthread_mutex_lock (&aq->lock);
+    cut = aq->dropping || cut_epoch_locked (aq);
+    pthread_mutex_unlock (&aq->lock);
+    if (!cut) {
+      struct aentry *dropped = fall_behind (aq, why);
+      char name[160];
+
+      if (dropped)
+        nbdkit_debug ("%s: %s", leg_name (aq->l, name, sizeof name), why);
+      end_behind_marking (aq, dropped, 0, 0);
+    }
   }
 }
 
@@ -781,7 +808,11 @@ async_drain (struct async_leg *aq)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
   uint64_t target = aq->enq_seq;
 
-  cut_epoch_locked (aq);
+  /* Not a client's flush: without its marker (out of memory) the
+   * epochs merge, which no client ordering forbids, and the sender's
+   * idle flush ends the wait.
+   */
+  (void) cut_epoch_locked (aq);
   while (!aq->dropping && !aq->stop &&
          (aq->queue.head || aq->unflushed.head || aq->busy) &&
          aq->flushed_seq < target)
