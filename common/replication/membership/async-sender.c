@@ -192,6 +192,21 @@ batch_answered_locked (struct async_leg *aq, struct aentry **batch, size_t n)
   pthread_cond_broadcast (&aq->room);
 }
 
+/* When the oldest write still queued was queued, or 0 if none is: a
+ * marker's time is no write's (an idle leg whose queue holds only a
+ * marker lags nothing).  aq->lock held.
+ */
+static uint64_t
+oldest_queued_write_ns_locked (const struct async_leg *aq)
+{
+  const struct aentry *e;
+
+  for (e = aq->queue.head; e; e = e->next)
+    if (e->op != OP_FLUSH)
+      return e->enq_ns;
+  return 0;
+}
+
 /* The epoch was flushed: release its ranges.  aq->lock held, dropped
  * around the release.
  */
@@ -206,7 +221,7 @@ epoch_flushed_locked (struct async_leg *aq)
     aq->flushed_seq = p->seq;
     aq->newest_flushed_ns = p->enq_ns;
   }
-  aq->oldest_unflushed_ns = aq->queue.head ? aq->queue.head->enq_ns : 0;
+  aq->oldest_unflushed_ns = oldest_queued_write_ns_locked (aq);
   pthread_mutex_unlock (&aq->lock);
   for (p = e; p; p = p->next)
     if (v->al && !p->released)
