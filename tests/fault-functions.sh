@@ -69,6 +69,37 @@ with open('$2', 'r+b') as f:
 "
 }
 
+# landed_in_order FILE LEN LATER_OFF LATER_BYTE EARLIER_OFF EARLIER_BYTE
+# [TIMEOUT]: wait (default 20 s) until the image FILE holds LEN bytes
+# LATER_BYTE at LATER_OFF (a later write), then tell whether it holds
+# the earlier write too (LEN bytes EARLIER_BYTE at EARLIER_OFF): exit 0
+# if it does, 1 with a message if not, 2 if the later write never
+# landed.  The later range is read first and the earlier one only
+# after: a server writing while the file is read cannot make a write
+# that landed first look missing (one read of both ranges could see the
+# earlier range before, and the later one after, both landed).
+landed_in_order ()
+{
+  python3 -c "
+import sys, time
+def holds(off, byte):
+    with open('$1', 'rb') as f:
+        f.seek(off)
+        return f.read($2) == bytes([byte]) * $2
+deadline = time.monotonic() + ${7:-20}
+while not holds($3, $4):
+    if time.monotonic() > deadline:
+        print('the later write (at $3) never landed in $1')
+        sys.exit(2)
+    time.sleep(0.01)
+if holds($5, $6):
+    print('$1 holds the earlier write (at $5) with the later one (at $3)')
+    sys.exit(0)
+print('$1 holds the later write (at $3) but not the earlier one (at $5)')
+sys.exit(1)
+"
+}
+
 # zero_range URI EXPECTED OFFSET LENGTH [trim]: write zeroes (or, with
 # trim, trim) over LENGTH bytes at OFFSET through URI and flush; then
 # zero the same range of EXPECTED.  Fails if the client sees an error.

@@ -37,7 +37,6 @@ ctl=$tmpdir/c.ctl
 rules=$tmpdir/r2.rules
 faults=$tmpdir/r2.faults
 expected=$tmpdir/expected
-frozen=$tmpdir/frozen.img
 M=$(( 1024 * 1024 ))
 len=$(( 64 * 1024 ))
 
@@ -72,33 +71,14 @@ fault_wait "$faults" busy fire 10
 
 # 3.  The leg's own file, as a crash or a failover would find it, the
 # moment W2 is there.
-python3 -c "
-import sys, time
-deadline = time.monotonic() + 40
-while time.monotonic() < deadline:
-    with open('$tmpdir/r2.img', 'rb') as f:
-        img = f.read(32 * $M)
-    if img[8 * $M:8 * $M + $len] == bytes([0x42]) * $len:
-        break
-    time.sleep(0.01)
-else:
-    sys.exit('W2 never reached the asynchronous leg')
-with open('$frozen', 'wb') as f:
-    f.write(img)
-"
+rc=0
+landed_in_order "$tmpdir/r2.img" $len $(( 8 * M )) 0x42 $M 0x41 40 || rc=$?
+[ $rc -ne 2 ]
 state=$(nbdrep_status_get "$ctl" \
   'next(str(l["async"]["consistent"]) + " " + l["async"]["state"] + " " + str(l["async"]["pull_aheads"]) for l in s["legs"] if l["index"] == 2)')
 echo "status when W2 landed (consistent, state, pull-aheads): $state"
-if python3 -c "
-import sys
-with open('$frozen', 'rb') as f:
-    img = f.read()
-sys.exit(0 if img[$M:$M + $len] == bytes([0x41]) * $len else 1)
-"; then
-  w1_with_w2=true
-else
-  w1_with_w2=false
-fi
+w1_with_w2=true
+[ $rc -eq 0 ] || w1_with_w2=false
 
 # 4.  Nothing is left to land: the leg's server dies as it is.
 kill_controller c
