@@ -192,6 +192,8 @@ struct leg {
 
   /* Metadata on this leg (change_lock for sb, the AL role for al). */
   struct gen gen;           /* the generation on its disk */
+  bool split_brain;         /* last judged: a generation the volume
+                               never had (monitor.c), refused */
   bool inconsistent;        /* its superblock says inconsistent */
   uint64_t sb_seq, al_seq;
   uint8_t *sb_buf, *al_buf;

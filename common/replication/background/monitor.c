@@ -79,6 +79,7 @@ judge_sb_locked (struct volume *v, struct leg *l, const struct superblock *sb,
 
   l->sb_seq = sb->seq;
   l->gen = sb->gen;
+  l->split_brain = false;
   l->inconsistent = (sb->flags & SB_INCONSISTENT) != 0;
   if (owns_slot) {
     const struct sb_slot *slot = &v->sb.slots[sb->slot];
@@ -108,6 +109,7 @@ judge_sb_locked (struct volume *v, struct leg *l, const struct superblock *sb,
             "volume's history of %d generations: a split brain (it "
             "changed on its own), or away for longer than that history "
             "reaches: not used", sb->gen.counter, META_HISTORY);
+  l->split_brain = true;
   return V_REFUSE;
 }
 

@@ -74,11 +74,29 @@ cmd_fail_leg (struct volume *v, const struct ctlreq *r)
   return json_pack ("{s:b}", "ok", 1);
 }
 
+/* Was the leg, failed, last refused for a generation the volume never
+ * had (monitor.c)?  If so, why gets the reason it was given.
+ */
+static bool
+refused_as_split_brain (struct volume *v, struct leg *l, char *why,
+                        size_t len)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+
+  if (atomic_load (&l->state) != LEG_FAILED || !l->refused ||
+      !l->split_brain)
+    return false;
+  snprintf (why, len, "%s", l->last_error);
+  return true;
+}
+
 /* resync: restart the resync of a leg that is not uptodate (full if
  * asked), by failing it so the monitor takes it from the top now.
  * With server_restarted the operator says that the leg's server has
  * been restarted or is gone: the aborted connections it was waited for
- * on are forgotten (drain.c).
+ * on are forgotten (drain.c).  A leg refused as a split brain is
+ * answered with an error: judged again, it would be refused again.
  */
 static json_t *
 cmd_resync (struct volume *v, const struct ctlreq *r)
@@ -86,6 +104,7 @@ cmd_resync (struct volume *v, const struct ctlreq *r)
   json_t *reply = NULL;
   struct leg *l = leg_arg (v, r, &reply);
   enum leg_state st;
+  char why[256];
 
   if (l == NULL)
     return reply;
@@ -98,6 +117,13 @@ cmd_resync (struct volume *v, const struct ctlreq *r)
   if (l->held)
     return ctl_error_reply ("leg %u is the source of a running backup: it "
                             "resyncs when the backup ends", l->index);
+  if (refused_as_split_brain (v, l, why, sizeof why))
+    return ctl_error_reply ("leg %u was refused as a split brain (%s): it "
+                            "may hold the only copy of writes this volume "
+                            "lacks, and a resync, full or not, judges it "
+                            "the same way again; to rebuild it from the "
+                            "volume, nbdrep remove it and nbdrep add its "
+                            "URI", l->index, why);
   if (st == LEG_UPTODATE || st == LEG_SYNCING)
     member_fail_leg (v, l, EPOCH_ANY, "resync requested by the operator");
   if (r->server_restarted)
