@@ -70,6 +70,8 @@ struct async_leg {
   uint64_t used;                /* buffer bytes (queued and in flight) */
   uint64_t lag_bytes;           /* bytes queued, sent or not, unflushed */
   uint64_t enq_seq;             /* entries queued so far */
+  uint64_t ender_seq;           /* seq of the newest marker or FUA write
+                                   queued (a batch ends there), or 0 */
   uint64_t flushed_seq;         /* every entry up to this one is flushed */
   uint64_t oldest_unflushed_ns; /* enq_ns of the oldest unflushed, or 0 */
   uint64_t behind_since_ns;     /* when it last fell behind, or 0 */

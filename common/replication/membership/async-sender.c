@@ -19,9 +19,11 @@
  * durable let their activity-log references go (epoch_flushed_locked).
  *
  * Sending.  The sender gathers a batch for up to GATHER_NS (or WINDOW
- * entries) before taking it, and writers wake it only when it sleeps
+ * entries, or until a marker or a FUA write, which end a batch, is
+ * queued) before taking it, and writers wake it only when it sleeps
  * with nothing queued (asleep), so a client writing one request at a
- * time costs one wake-up per GATHER_NS.  A write's data goes back to
+ * time costs one wake-up per GATHER_NS.  The batch's commands leave
+ * corked, in one system call per connection.  A write's data goes back to
  * the ring once the leg has answered it; its entry stays, unflushed,
  * until its epoch is flushed.  A sender holding unflushed writes with
  * nothing more to send flushes them after IDLE_FLUSH_NS without a
@@ -72,9 +74,13 @@
 #include "async.h"
 #include "async-int.h"
 #include "metaio.h"
+#include "wire.h"
 #include "cleanup.h"
 
-#define GATHER_NS 1000000ULL    /* a batch waits this long for more */
+#define GATHER_NS 4000000ULL    /* a batch waits this long for more
+                                   (the leg's lag grows by as much; a
+                                   batch's system calls and wake-ups
+                                   are shared by the writes of 4 ms) */
 #define IDLE_FLUSH_NS 200000000ULL      /* sent writes wait this long
                                            for their epoch's marker */
 #define DRAIN_POLL_NS 100000000ULL
@@ -138,13 +144,19 @@ take_batch (struct async_leg *aq, bool *marker)
   return n;
 }
 
-/* Send a batch to the leg and wait.  Returns 0 or the first errno. */
+/* Send a batch to the leg and wait.  The batch's commands are corked
+ * (wire.c): they leave in one system call per connection, not one
+ * each, and the leg's server reads them in one.  Returns 0 or the
+ * first errno.
+ */
 static int
 send_batch (struct async_leg *aq, struct aentry **batch, size_t n)
 {
+  struct wire_cork cork;
   int err = 0;
   size_t i;
 
+  wire_cork (&cork);
   for (i = 0; i < n; ++i) {
     struct leg_cmd cmd = {
       .op = batch[i]->op, .count = batch[i]->count,
@@ -154,6 +166,7 @@ send_batch (struct async_leg *aq, struct aentry **batch, size_t n)
     ioreq_init (&aq->reqs[i], aq->v);
     ioreq_submit (&aq->reqs[i], aq->l, &cmd);
   }
+  wire_uncork (&cork);
   for (i = 0; i < n; ++i) {
     int e;
     ioreq_wait_fua (&aq->reqs[i]);
@@ -384,16 +397,19 @@ measure_leg_rate_locked (struct async_leg *aq, struct aentry **batch,
 }
 
 /* Should the sender wait for more before it takes a batch: fewer than
- * WINDOW entries are queued, the oldest for less than GATHER_NS?  A
- * client writing one request at a time then costs the sender one
- * wake-up and one batch per GATHER_NS, not one per write, and its
- * writers do not wake the sender (wake_sender_locked).  aq->lock held.
+ * WINDOW entries are queued, the oldest for less than GATHER_NS, and
+ * none of them ends a batch (a marker or a FUA write: what comes after
+ * it could not join)?  A client writing one request at a time then
+ * costs the sender one wake-up and one batch per GATHER_NS, not one
+ * per write, and its writers do not wake the sender (wake_sender_
+ * locked).  aq->lock held.
  */
 static bool
 gathering_locked (const struct async_leg *aq)
 {
   return aq->queue.head != NULL && !aq->dropping && !aq->stop &&
-    aq->nr_queued < WINDOW && now_ns () < aq->queue.head->enq_ns + GATHER_NS;
+    aq->nr_queued < WINDOW && aq->ender_seq < aq->queue.head->seq &&
+    now_ns () < aq->queue.head->enq_ns + GATHER_NS;
 }
 
 /* Wait until the oldest queued entry is GATHER_NS old, or a batch is

@@ -471,6 +471,8 @@ static void
 queue_locked (struct async_leg *aq, struct aentry *e)
 {
   e->seq = ++aq->enq_seq;
+  if (e->op == OP_FLUSH || (e->flags & ENGINE_FLAG_FUA))
+    aq->ender_seq = e->seq;
   aq->used += entry_cost (e);
   if (e->op != OP_FLUSH) {
     aq->lag_bytes += e->count;
@@ -480,8 +482,8 @@ queue_locked (struct async_leg *aq, struct aentry *e)
   }
   alist_push (&aq->queue, e);
   aq->nr_queued++;
-  if (aq->nr_queued == WINDOW)
-    pthread_cond_signal (&aq->work);    /* a full batch: go */
+  if (aq->nr_queued == WINDOW || aq->ender_seq == e->seq)
+    pthread_cond_signal (&aq->work);    /* a batch is complete: go */
   else
     wake_sender_locked (aq);
 }
