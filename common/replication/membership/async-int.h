@@ -90,6 +90,7 @@ struct async_leg {
   bool pace_known;              /* client_rate is of the last window */
   uint64_t leg_rate;            /* bytes/s the leg took when it was the
                                    bottleneck (see keeps_pace_locked) */
+  uint64_t leg_rate_ns;         /* when it was last measured */
   struct bufring ring;          /* the data of queued and sent writes */
 
   struct aentry *batch[WINDOW]; /* the sender's batch, on its way */
@@ -160,5 +161,7 @@ extern void mark_and_release (struct async_leg *aq, struct aentry *e);
 extern void drop_list (struct async_leg *aq, struct aentry *e);
 /* Start dropping: take the queue, to be marked.  aq->lock held. */
 extern struct aentry *start_dropping_locked (struct async_leg *aq);
+/* Is the leg's measured rate too old to judge by?  aq->lock held. */
+extern bool leg_rate_stale_locked (const struct async_leg *aq);
 
 #endif /* REPLICATE_ASYNC_INT_H */

@@ -122,6 +122,8 @@
 
 #define PACE_WINDOW_NS 1000000000ULL    /* the volume's write rate is
                                            measured over this long */
+#define RATE_STALE_NS 10000000000ULL    /* a leg's rate is judged by for
+                                           this long */
 #define SPARES_PER_MIB 1024     /* entries kept for reuse per MiB of
                                    async-buffer (an entry lives until its
                                    epoch is flushed: up to 2 s of writes) */
@@ -753,14 +755,28 @@ async_caught_up (struct async_leg *aq)
     aq->behind_since_ns = 0;
 }
 
+/* Is the leg's rate (measure_leg_rate_locked) too old to judge by?
+ * A leg behind sends nothing, so the rate it was last measured at is
+ * not renewed: if that was across a stall of its server, it would keep
+ * the leg behind for as long as the volume writes.  aq->lock held.
+ */
+bool
+leg_rate_stale_locked (const struct async_leg *aq)
+{
+  return now_ns () - aq->leg_rate_ns >= RATE_STALE_NS;
+}
+
 /* Does the leg keep pace with the volume's writes: clients wrote, over
  * the last PACE_WINDOW_NS or more, at most three quarters of what the
  * leg took when it was the bottleneck (the rest is for the catch-up's
- * own copying)?  Yes if the leg was never seen to be the bottleneck.
- * A leg that does not would fill its buffer again at once and fall
- * behind again, each time at the cost of a catch-up started for
- * nothing: it stays behind instead, its lag growing, until the volume
- * writes less.  aq->lock held.
+ * own copying)?  Yes if the leg was never seen to be the bottleneck,
+ * or not for RATE_STALE_NS.  A leg that does not would fill its buffer
+ * again at once and fall behind again, each time at the cost of a
+ * catch-up started for nothing: it stays behind instead, its lag
+ * growing, until the volume writes less, or until its rate is stale:
+ * then it tries a catch-up, which measures it again (a leg still too
+ * slow falls behind with a fresh rate, at most one catch-up per
+ * RATE_STALE_NS).  aq->lock held.
  */
 static bool
 keeps_pace_locked (struct async_leg *aq)
@@ -784,7 +800,7 @@ keeps_pace_locked (struct async_leg *aq)
     aq->pace_ns = now;
     aq->pace_bytes = bytes;
   }
-  if (aq->leg_rate == 0)
+  if (aq->leg_rate == 0 || leg_rate_stale_locked (aq))
     return true;
   return aq->pace_known && aq->client_rate * 4 <= aq->leg_rate * 3;
 }
