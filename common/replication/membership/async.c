@@ -130,6 +130,14 @@
  */
 int replicate_debug_async_mark_pause = 0;   /* exported by the .syms */
 
+/* -D replicate.async_behind_pause=MS: the thread that makes an
+ * asynchronous leg fall behind waits MS milliseconds after taking it
+ * out of the receiving legs, before it starts dropping: the window in
+ * which a catch-up must not make the leg syncing again while it is
+ * about to drop.  For tests only (test-async-behind-resume.sh).
+ */
+int replicate_debug_async_behind_pause = 0; /* exported by the .syms */
+
 /* Free a list of entries (their data let go already). */
 void
 free_list (struct aentry *e)
@@ -418,6 +426,9 @@ fall_behind (struct async_leg *aq, const char *why)
   struct aentry *dropped;
 
   leave_receiving (aq, why);
+  debug_pause (replicate_debug_async_behind_pause, "async",
+               "after taking the leg out, before it drops",
+               "async_behind_pause");
   pthread_mutex_lock (&aq->lock);
   dropped = pull_ahead_locked (aq);
   aq->marking++;
