@@ -688,7 +688,8 @@ prepare_target (struct resync *rs)
 }
 
 /* Step 2: the target receives writes from now on (an asynchronous
- * one through its queue, which starts queueing again first).
+ * one through its queue, which starts queueing again in the same hold
+ * of v->lock, once no writer is marking for it: async.c).
  */
 static void
 start_receiving_writes (struct resync *rs)
@@ -696,13 +697,17 @@ start_receiving_writes (struct resync *rs)
   struct volume *v = rs->v;
   struct leg *l = rs->target;
 
-  if (l->aq)
-    async_resume (l->aq);
   rs->receiving = true;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-
-  member_set_state (v, l, LEG_SYNCING, rs->full ? "full resync started"
-                 : "incremental resync started");
+  for (;;) {
+    if (l->aq)
+      async_wait_marking (l->aq);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    if (l->aq == NULL || async_resume (l->aq)) {
+      member_set_state (v, l, LEG_SYNCING, rs->full ? "full resync started"
+                     : "incremental resync started");
+      return;
+    }
+  }
 }
 
 /* Step 4 for an asynchronous target, which never becomes uptodate:
