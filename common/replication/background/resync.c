@@ -104,6 +104,13 @@ int replicate_debug_finish_pause = 0;       /* exported by the .syms */
  * tests only (test-safety-bmgen.sh).
  */
 int replicate_debug_claim_pause = 0;        /* exported by the .syms */
+
+/* -D replicate.resume_pause=MS: a resync waits MS milliseconds before
+ * its target starts receiving writes (step 2), its bitmap and metadata
+ * prepared: for an asynchronous target, a catch-up about to start.
+ * For tests only (test-async-late-queue.sh).
+ */
+int replicate_debug_resume_pause = 0;       /* exported by the .syms */
 #define BUSY_NS (250000000ULL)
 
 /* A run copied but not yet flushed on the target. */
@@ -697,6 +704,8 @@ start_receiving_writes (struct resync *rs)
   struct volume *v = rs->v;
   struct leg *l = rs->target;
 
+  debug_pause (replicate_debug_resume_pause, "resync",
+               "before the target receives writes", "resume_pause");
   rs->receiving = true;
   for (;;) {
     if (l->aq)
