@@ -83,13 +83,17 @@
  * clears `dropping` (async_resume) only once `marking` is 0, in the
  * hold of v->lock in which its resync makes the leg syncing
  * (resync.c, start_receiving_writes), and starts only once the sender
- * is idle with no marking under way (async_may_catch_up).  (Taken out
- * in one hold and dropping in the next, a leg could be caught up in
- * between, by a catch-up that found it idle and nothing marking; it
- * was then syncing and dropping: every write marked for it, none
- * queued, no resync to copy them, and it said it replicated.
- * test-async-behind-resume.sh.)  So a syncing leg never has a bit set
- * for it but by the data path's membership rule.
+ * is idle with no marking under way (async_may_catch_up).  Writers
+ * queue only while the leg is syncing: one that finds it out marks,
+ * dropping or not, counted in `marking` and holding its range lock, so
+ * that a catch-up making the leg syncing that moment copies the range
+ * only after the mark (async_enqueue).  (Taken out in one hold and
+ * dropping in the next, a leg could be caught up in between, by a
+ * catch-up that found it idle and nothing marking; it was then syncing
+ * and dropping: every write marked for it, none queued, no resync to
+ * copy them, and it said it replicated: test-async-behind-resume.sh.)
+ * So a syncing leg never has a bit set for it but by the data path's
+ * membership rule.
  *
  * A write the volume does not keep (the client gets an error for it,
  * after it was queued) makes the leg fall behind with its range in the
@@ -528,13 +532,21 @@ queue_command_locked (struct async_leg *aq, const struct leg_cmd *cmd)
  * design note).  The caller holds the range lock and the activity-log
  * extents of cmd.
  *
- * A write not queued is marked in the leg's bitmap instead, and only
- * while the leg is out of the receiving legs (stale or failed) and
- * dropping: a pull-ahead makes it stale as it starts dropping (one hold
- * of v->lock), and the catch-up's resync, which could clear a bit set
+ * It is queued only while the leg is syncing and not dropping; a
+ * write not queued is marked in the leg's bitmap instead, the leg out
+ * of the receiving legs (stale or failed) when the writer looked.  A
+ * pull-ahead makes it stale as it starts dropping (one hold of
+ * v->lock), and the catch-up's resync, which could clear a bit set
  * while its target is syncing, makes it syncing (async_resume, in the
- * same hold of v->lock) only once no marking is under way (aq->marking)
- * and no more can begin.
+ * same hold of v->lock) only once no marking is under way
+ * (aq->marking).  A writer that finds the leg out but not dropping (it
+ * failed from outside its sender, which was idle, and came back stale;
+ * or its catch-up is making it syncing that moment) marks too, counted
+ * in aq->marking: it holds its range lock, so no resync copies its
+ * range before the mark.  Queued instead, its write (it read the
+ * membership while the leg was syncing) was sent outside any catch-up
+ * and could land after the catch-up had copied newer data over the
+ * range (test-async-late-queue.sh).
  */
 void
 async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
@@ -546,7 +558,7 @@ async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
   char name[160];
 
   pthread_mutex_lock (&aq->lock);
-  while (!aq->dropping) {
+  while (!aq->dropping && atomic_load (&l->state) == LEG_SYNCING) {
     if (!no_memory && !aq->stop &&
         (aq->used + cost <= v->cfg.async_buffer || aq->used == 0)) {
       if (queue_command_locked (aq, cmd) == 0) {
@@ -571,7 +583,7 @@ async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
     end_behind_marking (aq, dropped, cmd->offset, cmd->count);
     return;
   }
-  /* Behind already: the bitmap only. */
+  /* Behind or out already: the bitmap only. */
   aq->marking++;
   pthread_mutex_unlock (&aq->lock);
   mark_range (aq, cmd->offset, cmd->count);
