@@ -26,6 +26,13 @@
 # Before the fix W1 was queued while the leg was stale and sent at
 # once; held, it landed after the catch-up had copied W2 over X, and the
 # leg, replicating, held W1 there.
+#
+# With WHEN=syncing (test-async-late-queue-syncing.sh) no resync waits:
+# the catch-up makes the leg syncing and starts copying X while W1
+# still waits, W1 goes on only then and queues, and W2 is queued after
+# it.  The catch-up's copy of X waits for W1's range lock (resync.c,
+# copy_run), so it copies W1 or W2, never before W1; the queue sends
+# W1 before W2; the leg must end up with W2 as well.
 
 source ./functions.sh
 set -euo pipefail
@@ -45,8 +52,10 @@ len=$(( 64 * 1024 ))
 start_replica 0 32M
 start_replica 1 32M
 start_replica 2 32M -- --filter="$FAULTINJECT" rules="$rules" log="$faults"
+resume_pause=8000
+[ "${WHEN:-stale}" = stale ] || resume_pause=0
 start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" async="$r2_uri" \
-  -D replicate.queue_pause=4000 -D replicate.resume_pause=8000 \
+  -D replicate.queue_pause=4000 -D replicate.resume_pause=$resume_pause \
   control="$ctl"
 wait_until 60 status_check "$ctl" 'leg(2)["async"]["state"] == "replicating"'
 new_expected "$expected" "$c_uri"
@@ -61,13 +70,20 @@ h.pwrite(os.urandom($len), $X)
 w1=$!
 wait_until 30 grep -q 'pausing 4000 ms before it queues' "$tmpdir/c.log"
 
-# 2.  The leg fails and comes back stale; its catch-up waits.
+# 2.  The leg fails and comes back stale; its catch-up waits (or,
+# WHEN=syncing, starts).
 "$NBDREP" fail "$ctl" 2
 wait_until 30 grep -q 'leg 2: failed -> stale' "$tmpdir/c.log"
 
-# 3, 4.  W1 goes on; then W2, newer, while the leg is still stale.
+# 3, 4.  W1 goes on; then W2, newer, while the leg is still stale (or,
+# WHEN=syncing, catching up: its catch-up started while W1 waited).
 wait "$w1"
-status_check "$ctl" 'leg(2)["async"]["state"] == "behind"'
+if [ "${WHEN:-stale}" = stale ]; then
+  status_check "$ctl" 'leg(2)["async"]["state"] == "behind"'
+else
+  grep -q 'leg 2: stale -> syncing (incremental resync started)' \
+    "$tmpdir/c.log"
+fi
 write_random "$c_uri" "$expected" "$X" "$len"
 
 # 5.  The held write has landed and the catch-up has ended.
