@@ -104,6 +104,13 @@ int replicate_debug_finish_pause = 0;       /* exported by the .syms */
  * tests only (test-safety-bmgen.sh).
  */
 int replicate_debug_claim_pause = 0;        /* exported by the .syms */
+
+/* -D replicate.resume_pause=MS: a resync waits MS milliseconds before
+ * its target starts receiving writes (step 2), its bitmap and metadata
+ * prepared: for an asynchronous target, a catch-up about to start.
+ * For tests only (test-async-late-queue.sh).
+ */
+int replicate_debug_resume_pause = 0;       /* exported by the .syms */
 #define BUSY_NS (250000000ULL)
 
 /* A run copied but not yet flushed on the target. */
@@ -688,7 +695,8 @@ prepare_target (struct resync *rs)
 }
 
 /* Step 2: the target receives writes from now on (an asynchronous
- * one through its queue, which starts queueing again first).
+ * one through its queue, which starts queueing again in the same hold
+ * of v->lock, once no writer is marking for it: async.c).
  */
 static void
 start_receiving_writes (struct resync *rs)
@@ -696,13 +704,19 @@ start_receiving_writes (struct resync *rs)
   struct volume *v = rs->v;
   struct leg *l = rs->target;
 
-  if (l->aq)
-    async_resume (l->aq);
+  debug_pause (replicate_debug_resume_pause, "resync",
+               "before the target receives writes", "resume_pause");
   rs->receiving = true;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-
-  member_set_state (v, l, LEG_SYNCING, rs->full ? "full resync started"
-                 : "incremental resync started");
+  for (;;) {
+    if (l->aq)
+      async_wait_marking (l->aq);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    if (l->aq == NULL || async_resume (l->aq)) {
+      member_set_state (v, l, LEG_SYNCING, rs->full ? "full resync started"
+                     : "incremental resync started");
+      return;
+    }
+  }
 }
 
 /* Step 4 for an asynchronous target, which never becomes uptodate:

@@ -45,6 +45,15 @@
 #include "cleanup.h"
 #include "array.h"
 
+/* -D replicate.queue_pause=MS: the first write that queues for an
+ * asynchronous leg waits MS milliseconds after reading the membership
+ * (its synchronous legs' requests issued), before it queues, its range
+ * and extents held: a writer the scheduler stalls there while the leg
+ * drops out and comes back.  For tests only
+ * (test-async-late-queue.sh).
+ */
+int replicate_debug_queue_pause = 0;        /* exported by the .syms */
+
 /* Largest piece a write-like request is cut into. */
 uint64_t
 io_max_piece (struct volume *v)
@@ -82,6 +91,13 @@ io_mark_absent (struct volume *v, uint16_t absent, uint64_t offset,
 void
 io_queue_async (struct volume *v, uint16_t async, const struct leg_cmd *cmd)
 {
+  static atomic_bool paused;
+
+  if (async != 0 && replicate_debug_queue_pause > 0 &&
+      !atomic_exchange (&paused, true))
+    debug_pause (replicate_debug_queue_pause, "write",
+                 "before it queues for the asynchronous legs",
+                 "queue_pause");
   for (; async != 0; async &= async - 1)
     async_enqueue (v, &v->legs[__builtin_ctz (async)], cmd);
 }

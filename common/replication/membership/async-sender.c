@@ -46,6 +46,8 @@
  * goes through member_fail_leg, which ORs the hot extents into its
  * bitmap; the sender then drops what is queued and unflushed the same
  * way, and waits until the leg receives writes again (async_resume).
+ * It starts dropping only under v->lock with the leg out of the
+ * receiving legs, as every way into dropping does (async.c's note).
  *
  * Stopping (async_stop) waits up to a timeout for the queue to be
  * flushed, then stops the thread; what is left keeps its activity-log
@@ -301,19 +303,29 @@ write_recovery_point (struct async_leg *aq, uint64_t newest_ns)
 
 /* The leg failed under the sender: record it (before anything is
  * dropped, so that no writer finds the queue dropping while the leg is
- * still syncing), then drop everything.  aq->lock held, dropped around
- * the work.
+ * still syncing), then drop everything.  Dropping starts under v->lock
+ * with the leg out of the receiving legs (async.c's note): if a
+ * catch-up made it syncing again since (member_fail_leg found it out
+ * already, stale), it is failed again first.  aq->lock held, dropped
+ * around the work.
  */
 static void
 sender_failed_locked (struct async_leg *aq, struct aentry **batch, size_t n,
                       int err)
 {
+  struct volume *v = aq->v;
   struct aentry *dropped, *unflushed;
   size_t i;
 
   pthread_mutex_unlock (&aq->lock);
-  member_fail_leg (aq->v, aq->l, EPOCH_ANY, "asynchronous write failed: %s",
-                   strerror (err));
+  for (;;) {
+    member_fail_leg (v, aq->l, EPOCH_ANY, "asynchronous write failed: %s",
+                     strerror (err));
+    pthread_mutex_lock (&v->lock);
+    if (atomic_load (&aq->l->state) != LEG_SYNCING)
+      break;
+    pthread_mutex_unlock (&v->lock);
+  }
   pthread_mutex_lock (&aq->lock);
   for (i = 0; i < n; ++i) {
     aq->used -= entry_cost (batch[i]);
@@ -328,6 +340,7 @@ sender_failed_locked (struct async_leg *aq, struct aentry **batch, size_t n,
   aq->behind_since_ns = 0;
   aq->marking++;
   pthread_mutex_unlock (&aq->lock);
+  pthread_mutex_unlock (&v->lock);
 
   for (i = 0; i < n; ++i) {
     mark_and_release (aq, batch[i]);

@@ -75,15 +75,26 @@
  * v->lock and only while its target is syncing; a bit set while it is
  * syncing could be cleared for a run copied before the write.  So a
  * bit for a write not queued is set only while the leg is out of the
- * receiving legs: every way into dropping (a pull-ahead, async_shed, a
- * failure) first makes the leg stale or failed (leave_receiving,
- * member_fail_leg), then sets `dropping`; writers that find it dropping
+ * receiving legs, and a leg is never syncing while `dropping`: every
+ * way into dropping sets it under v->lock with the leg out, in the
+ * same hold that takes it out (a pull-ahead, async_shed, async_discard:
+ * fall_behind, leave_receiving_locked) or that finds it out after
+ * member_fail_leg (a failure: the sender, which fails it again if a
+ * catch-up made it syncing meanwhile); writers that find it dropping
  * count themselves in `marking` while they mark; and the catch-up
- * clears `dropping` (async_resume, before its resync makes the leg
- * syncing) only once `marking` is 0, and starts only once the sender
- * is idle with no marking under way (async_may_catch_up).  So a stale leg is
- * always dropping (the sender flushes what it sent and goes idle), and
- * a syncing one never has a bit set for it but by the data path's
+ * clears `dropping` (async_resume) only once `marking` is 0, in the
+ * hold of v->lock in which its resync makes the leg syncing
+ * (resync.c, start_receiving_writes), and starts only once the sender
+ * is idle with no marking under way (async_may_catch_up).  Writers
+ * queue only while the leg is syncing: one that finds it out marks,
+ * dropping or not, counted in `marking` and holding its range lock, so
+ * that a catch-up making the leg syncing that moment copies the range
+ * only after the mark (async_enqueue).  (Taken out in one hold and
+ * dropping in the next, a leg could be caught up in between, by a
+ * catch-up that found it idle and nothing marking; it was then syncing
+ * and dropping: every write marked for it, none queued, no resync to
+ * copy them, and it said it replicated: test-async-behind-resume.sh.)
+ * So a syncing leg never has a bit set for it but by the data path's
  * membership rule.
  *
  * A write the volume does not keep (the client gets an error for it,
@@ -138,6 +149,15 @@ int replicate_debug_async_mark_pause = 0;   /* exported by the .syms */
  * (test-async-marker-oom.sh).
  */
 int replicate_debug_async_marker_fail = 0;  /* exported by the .syms */
+
+/* -D replicate.async_behind_pause=MS: the thread that makes an
+ * asynchronous leg fall behind waits MS milliseconds after taking it
+ * out of the receiving legs, before it starts dropping (holding
+ * v->lock, as it does between the two): the window in which no
+ * catch-up may make the leg syncing again.  For tests only
+ * (test-async-behind-resume.sh).
+ */
+int replicate_debug_async_behind_pause = 0; /* exported by the .syms */
 
 /* Free a list of entries (their data let go already). */
 void
@@ -344,14 +364,12 @@ drop_list (struct async_leg *aq, struct aentry *e)
 }
 
 /* Take the leg out of the receiving legs (see async_enqueue): make it
- * stale if it is syncing (a failed leg is out already).  No lock held.
+ * stale if it is syncing (a failed leg is out already).  v->lock held.
  */
 static void
-leave_receiving (struct async_leg *aq, const char *why)
+leave_receiving_locked (struct async_leg *aq, const char *why)
 {
-  struct volume *v = aq->v;
   struct leg *l = aq->l;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
 
   /* A catch-up running (its resync) sees the leg stale and stops, its
    * checkpoint clears no bit once the leg is not syncing, and its end
@@ -361,7 +379,7 @@ leave_receiving (struct async_leg *aq, const char *why)
   if (atomic_load (&l->state) != LEG_SYNCING)
     return;
   l->want_full = false;         /* its bitmap says what it lacks */
-  member_set_state (v, l, LEG_STALE, why);
+  member_set_state (aq->v, l, LEG_STALE, why);
 }
 
 /* Start dropping: take the queue (to be marked by the caller once the
@@ -416,17 +434,23 @@ pull_ahead_locked (struct async_leg *aq)
 }
 
 /* Make the leg fall behind, unless it already is: out of the receiving
- * legs (leave_receiving, why), then dropping (pull_ahead_locked).  A
- * marking begins (aq->marking): the caller marks what it must, then
- * ends it with end_behind_marking.  Returns the queue that was dropped,
- * to be marked, or NULL.  No lock held.
+ * legs (leave_receiving_locked, why), then dropping (pull_ahead_locked),
+ * in one hold of v->lock, so that no catch-up makes it syncing in
+ * between (see the design note).  A marking begins (aq->marking): the
+ * caller marks what it must, then ends it with end_behind_marking.
+ * Returns the queue that was dropped, to be marked, or NULL.  No lock
+ * held.
  */
 static struct aentry *
 fall_behind (struct async_leg *aq, const char *why)
 {
   struct aentry *dropped;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->v->lock);
 
-  leave_receiving (aq, why);
+  leave_receiving_locked (aq, why);
+  debug_pause (replicate_debug_async_behind_pause, "async",
+               "after taking the leg out, before it drops",
+               "async_behind_pause");
   pthread_mutex_lock (&aq->lock);
   dropped = pull_ahead_locked (aq);
   aq->marking++;
@@ -519,12 +543,21 @@ queue_command_locked (struct async_leg *aq, const struct leg_cmd *cmd)
  * design note).  The caller holds the range lock and the activity-log
  * extents of cmd.
  *
- * A write not queued is marked in the leg's bitmap instead, and only
- * while the leg is out of the receiving legs (stale or failed) and
- * dropping: a pull-ahead makes it stale before it starts dropping, and
- * the catch-up's resync, which could clear a bit set while its target
- * is syncing, starts (async_resume) only once no marking is under way
- * (aq->marking) and no more can begin.
+ * It is queued only while the leg is syncing and not dropping; a
+ * write not queued is marked in the leg's bitmap instead, the leg out
+ * of the receiving legs (stale or failed) when the writer looked.  A
+ * pull-ahead makes it stale as it starts dropping (one hold of
+ * v->lock), and the catch-up's resync, which could clear a bit set
+ * while its target is syncing, makes it syncing (async_resume, in the
+ * same hold of v->lock) only once no marking is under way
+ * (aq->marking).  A writer that finds the leg out but not dropping (it
+ * failed from outside its sender, which was idle, and came back stale;
+ * or its catch-up is making it syncing that moment) marks too, counted
+ * in aq->marking: it holds its range lock, so no resync copies its
+ * range before the mark.  Queued instead, its write (it read the
+ * membership while the leg was syncing) was sent outside any catch-up
+ * and could land after the catch-up had copied newer data over the
+ * range (test-async-late-queue.sh).
  */
 void
 async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
@@ -536,7 +569,7 @@ async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
   char name[160];
 
   pthread_mutex_lock (&aq->lock);
-  while (!aq->dropping) {
+  while (!aq->dropping && atomic_load (&l->state) == LEG_SYNCING) {
     if (!no_memory && !aq->stop &&
         (aq->used + cost <= v->cfg.async_buffer || aq->used == 0)) {
       if (queue_command_locked (aq, cmd) == 0) {
@@ -561,7 +594,7 @@ async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
     end_behind_marking (aq, dropped, cmd->offset, cmd->count);
     return;
   }
-  /* Behind already: the bitmap only. */
+  /* Behind or out already: the bitmap only. */
   aq->marking++;
   pthread_mutex_unlock (&aq->lock);
   mark_range (aq, cmd->offset, cmd->count);
@@ -731,17 +764,33 @@ async_cut_epochs (struct volume *v)
   }
 }
 
-/* The leg receives writes again (a resync of its bitmap starts):
- * queue from now on.
+/* Wait until no marking for the leg is under way (a catch-up about to
+ * start: see async_resume).  No lock held.
  */
 void
-async_resume (struct async_leg *aq)
+async_wait_marking (struct async_leg *aq)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
 
   while (aq->marking > 0)
     pthread_cond_wait (&aq->room, &aq->lock);
+}
+
+/* The leg receives writes again (a resync of its bitmap makes it
+ * syncing in the same hold of v->lock): queue from now on.  Refused
+ * (false) while a marking is under way: the caller waits for it
+ * (async_wait_marking, without v->lock) and tries again.  v->lock
+ * held.
+ */
+bool
+async_resume (struct async_leg *aq)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&aq->lock);
+
+  if (aq->marking > 0)
+    return false;
   aq->dropping = false;
+  return true;
 }
 
 /* The catch-up is over: if it did not fall behind again meanwhile, its

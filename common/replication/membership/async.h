@@ -53,8 +53,12 @@ extern void async_discard (struct leg *l, const struct leg_cmd *cmd);
 extern void async_shed (struct volume *v);
 /* End the current epoch of every asynchronous leg receiving writes. */
 extern void async_cut_epochs (struct volume *v);
-/* A resync of the leg's bitmap starts: queue again. */
-extern void async_resume (struct async_leg *aq);
+/* Wait until no marking for the leg is under way. */
+extern void async_wait_marking (struct async_leg *aq);
+/* A resync of the leg's bitmap makes it syncing: queue again, unless
+ * a marking is under way (false).  v->lock held.
+ */
+extern bool async_resume (struct async_leg *aq);
 /* The catch-up is over (its lag is the queue's again if it did not
  * fall behind meanwhile).
  */
