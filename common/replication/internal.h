@@ -353,6 +353,8 @@ struct ioreq {
   _Atomic uint32_t timed_out;   /* legs failed by the timeout */
   uint32_t fua_emulate;     /* legs that need a flush for FUA */
   uint64_t start_ns;        /* when it was prepared (latency, timeout) */
+  bool passive;             /* its waiter naps, never leads for long
+                               (ioreq_set_passive) */
   int err[MAX_LEGS];        /* per leg in `failed`: its errno */
   unsigned epoch[MAX_LEGS]; /* per leg: its connections' epoch at issue */
   struct ioslot slots[MAX_LEGS];

@@ -40,6 +40,17 @@
  * issuer's thread moves to SCHED_OTHER when it leads and to
  * SCHED_BATCH when it sleeps behind a queue of followers (sched.c).
  *
+ * A passive issuer (ioreq_set_passive: an asynchronous leg's sender,
+ * whose leg may take milliseconds to answer) neither leads for long
+ * nor follows: while it led, or while the poller thread drove for it
+ * as a follower, every client request's issuer would find the token
+ * taken and get its replies through a wake-up, which costs the
+ * synchronous path its latency.  It naps instead (NAPPING, not
+ * counted: no driver stays for it), for NAP_NS at a time; whoever
+ * drives meanwhile completes its request and wakes it, and after each
+ * nap, if nobody drives, it takes the token for one turn that does not
+ * block (nap_until).  Its replies are read at most NAP_NS late.
+ *
  * Completions run in the connection's driver (the poller thread, a
  * leading issuer or the adopter), libnbd's with their handle's lock
  * held: they only record, count and queue the wake-up; they never call
@@ -56,6 +67,7 @@
 
 #include <config.h>
 
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -119,7 +131,9 @@ count_latency (struct leg_stats *s, uint64_t us)
 }
 
 /* The states of an ioreq's futex word (see the design note). */
-enum { WAKE_IDLE, WAKE_SLEEPING, WAKE_DONE };
+enum { WAKE_IDLE, WAKE_SLEEPING, WAKE_NAPPING, WAKE_DONE };
+
+#define NAP_NS 1000000ULL       /* a passive issuer's nap */
 
 /* Prepare a request.  Nothing is issued yet.  err[] is left as it is:
  * only the entries of legs in `failed` are ever read.
@@ -135,6 +149,7 @@ ioreq_init (struct ioreq *r, struct volume *v)
   r->issued = 0;
   atomic_init (&r->timed_out, 0);
   r->fua_emulate = 0;
+  r->passive = false;
   r->start_ns = now_ns ();
   r->ext_fn = NULL;
   r->ext_opaque = NULL;
@@ -190,10 +205,15 @@ wake_issuer (struct ioreq *r)
     r->on_done (r);
     return;
   }
-  if (atomic_exchange (&r->wake, WAKE_DONE) == WAKE_SLEEPING) {
+  switch (atomic_exchange (&r->wake, WAKE_DONE)) {
+  case WAKE_SLEEPING:
     if (p)
       poller_unfollow (p);
     futex_wake (&r->wake, 1);
+    break;
+  case WAKE_NAPPING:
+    futex_wake (&r->wake, 1);
+    break;
   }
 }
 
@@ -572,12 +592,12 @@ time_out_legs (struct ioreq *r, uint32_t legs, double secs)
   }
 }
 
-/* Sleep (state SLEEPING) until the request is complete, or until
- * deadline_ns (CLOCK_MONOTONIC; 0: no limit).  Returns 0 when
- * complete, -1 when the deadline passed first.
+/* Sleep on the futex word while it says state (SLEEPING or NAPPING)
+ * until the request is complete, or until deadline_ns (0: no limit).
+ * Returns 0 when complete, -1 when the deadline passed first.
  */
 static int
-sleep_until (struct ioreq *r, uint64_t deadline_ns)
+sleep_in_state (struct ioreq *r, uint32_t state, uint64_t deadline_ns)
 {
   struct timespec ts = {
     .tv_sec = (time_t) (deadline_ns / 1000000000),
@@ -585,10 +605,20 @@ sleep_until (struct ioreq *r, uint64_t deadline_ns)
   };
 
   while (atomic_load (&r->wake) != WAKE_DONE)
-    if (futex_wait (&r->wake, WAKE_SLEEPING, deadline_ns ? &ts : NULL) == -1 &&
+    if (futex_wait (&r->wake, state, deadline_ns ? &ts : NULL) == -1 &&
         errno == ETIMEDOUT)
       return atomic_load (&r->wake) == WAKE_DONE ? 0 : -1;
   return 0;
+}
+
+/* Sleep (state SLEEPING) until the request is complete, or until
+ * deadline_ns (CLOCK_MONOTONIC; 0: no limit).  Returns 0 when
+ * complete, -1 when the deadline passed first.
+ */
+static int
+sleep_until (struct ioreq *r, uint64_t deadline_ns)
+{
+  return sleep_in_state (r, WAKE_SLEEPING, deadline_ns);
 }
 
 /* Set the issuer's thread policy for what it waits for: its lone
@@ -655,6 +685,43 @@ become_follower (struct ioreq *r, unsigned *depth)
   return w != WAKE_DONE;
 }
 
+/* A passive issuer's wait (see the design note): nap, uncounted, for
+ * NAP_NS at a time until the request is complete or deadline_ns (0:
+ * no limit) passes; after each nap, if nobody drives the poller, take
+ * it for one turn that does not block.  Returns 0 when complete, -1
+ * when the deadline passed first.
+ */
+static int
+nap_until (struct ioreq *r, uint64_t deadline_ns)
+{
+  struct poller *p = r->v->poller;
+
+  for (;;) {
+    uint64_t until = now_ns () + NAP_NS;
+    uint32_t w = WAKE_IDLE;
+
+    if (deadline_ns != 0 && until > deadline_ns)
+      until = deadline_ns;
+    if (!atomic_compare_exchange_strong (&r->wake, &w, WAKE_NAPPING)) {
+      assert (w == WAKE_DONE);
+      return 0;
+    }
+    if (sleep_in_state (r, WAKE_NAPPING, until) == 0)
+      return 0;
+    w = WAKE_NAPPING;
+    if (!atomic_compare_exchange_strong (&r->wake, &w, WAKE_IDLE))
+      return 0;                 /* completed as the nap ended */
+    if (deadline_ns != 0 && now_ns () >= deadline_ns)
+      return -1;
+    if (p && poller_try_lead (p)) {
+      poller_lead (p, 0);
+      poller_end_lead (p);
+      if (atomic_load (&r->wake) == WAKE_DONE)
+        return 0;
+    }
+  }
+}
+
 /* Wait until the request is complete, or until deadline_ns (0: no
  * limit): lead the poller if nobody drives it, else sleep as a
  * follower (see poller.c).  After counting itself as a follower the
@@ -671,6 +738,8 @@ wait_until (struct ioreq *r, uint64_t deadline_ns)
   unsigned depth;
   int rc;
 
+  if (r->passive)
+    return nap_until (r, deadline_ns);
   if (p && poller_try_lead (p)) {
     rc = lead_until (r, p, deadline_ns);
     if (rc != -2)
@@ -690,6 +759,13 @@ wait_until (struct ioreq *r, uint64_t deadline_ns)
   }
   adapt_issuer (r, false, depth);
   return sleep_until (r, deadline_ns);
+}
+
+/* Make the request's waiter passive (see the design note). */
+void
+ioreq_set_passive (struct ioreq *r)
+{
+  r->passive = true;
 }
 
 /* Wait until every leg has answered, timing out silent legs (see the
@@ -749,6 +825,7 @@ ioreq_fua_flush (struct ioreq *r)
   if (legs == 0)
     return;
   ioreq_init (&f, r->v);
+  f.passive = r->passive;
   for (i = 0; i < r->v->nr_legs; ++i)
     if (legs & (1u << i))
       ioreq_submit (&f, &r->v->legs[i], &flush);
@@ -810,19 +887,29 @@ ioreq_leg_error (const struct ioreq *r, unsigned li)
   return r->err[li];
 }
 
+/* Run one command on one leg and wait (FUA made durable), the waiter
+ * passive if asked (ioreq_set_passive).  Returns 0 or an errno.
+ */
+int
+ioreq_sync_io_as (struct leg *l, const struct leg_cmd *cmd, bool passive)
+{
+  struct ioreq r;
+  int err;
+
+  ioreq_init (&r, l->v);
+  r.passive = passive;
+  ioreq_submit (&r, l, cmd);
+  ioreq_wait_fua (&r);
+  err = ioreq_leg_error (&r, l->index);
+  ioreq_destroy (&r);
+  return err;
+}
+
 /* Run one command on one leg and wait (FUA made durable).  Returns 0
  * or an errno.
  */
 int
 ioreq_sync_io (struct leg *l, const struct leg_cmd *cmd)
 {
-  struct ioreq r;
-  int err;
-
-  ioreq_init (&r, l->v);
-  ioreq_submit (&r, l, cmd);
-  ioreq_wait_fua (&r);
-  err = ioreq_leg_error (&r, l->index);
-  ioreq_destroy (&r);
-  return err;
+  return ioreq_sync_io_as (l, cmd, false);
 }

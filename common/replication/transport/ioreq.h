@@ -23,6 +23,11 @@ extern void ioreq_submit (struct ioreq *r, struct leg *l,
 extern void ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
                              const struct leg_cmd *cmd);
 
+/* Its waiter never holds the volume's poller for long (see ioreq.c):
+ * for a background thread whose legs answer slowly.
+ */
+extern void ioreq_set_passive (struct ioreq *r);
+
 /* Wait until every leg has answered, timing out silent legs. */
 extern void ioreq_wait (struct ioreq *r);
 
@@ -75,5 +80,8 @@ extern void ioreq_destroy (struct ioreq *r);
 
 /* Run one command on one leg and wait (FUA made durable). */
 extern int ioreq_sync_io (struct leg *l, const struct leg_cmd *cmd);
+/* The same, its waiter passive if asked (ioreq_set_passive). */
+extern int ioreq_sync_io_as (struct leg *l, const struct leg_cmd *cmd,
+                             bool passive);
 
 #endif /* REPLICATE_IOREQ_H */
