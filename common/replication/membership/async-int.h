@@ -161,7 +161,9 @@ extern void mark_and_release (struct async_leg *aq, struct aentry *e);
 extern void drop_list (struct async_leg *aq, struct aentry *e);
 /* Start dropping: take the queue, to be marked.  aq->lock held. */
 extern struct aentry *start_dropping_locked (struct async_leg *aq);
-/* Is the leg's measured rate too old to judge by?  aq->lock held. */
-extern bool leg_rate_stale_locked (const struct async_leg *aq);
+/* Has the leg a rate measured recently enough to judge by?  aq->lock
+ * held.
+ */
+extern bool leg_rate_known_locked (const struct async_leg *aq);
 
 #endif /* REPLICATE_ASYNC_INT_H */

@@ -412,7 +412,7 @@ measure_leg_rate_locked (struct async_leg *aq, struct aentry **batch,
   if (bytes == 0 || ns == 0)
     return;
   rate = bytes * 1000000000ULL / ns;
-  aq->leg_rate = aq->leg_rate && !leg_rate_stale_locked (aq) ?
+  aq->leg_rate = leg_rate_known_locked (aq) ?
     (aq->leg_rate * 7 + rate) / 8 : rate;
   aq->leg_rate_ns = now_ns ();
 }

@@ -478,6 +478,22 @@ end_behind_marking (struct async_leg *aq, struct aentry *dropped,
   member_wake_monitor (aq->v);
 }
 
+/* Pull the leg ahead for why (a full buffer, no memory): fall behind,
+ * then mark the dropped queue and offset+count (count 0: none).  No
+ * lock held.
+ */
+static void
+pull_ahead (struct async_leg *aq, const char *why, uint64_t offset,
+            uint32_t count)
+{
+  struct aentry *dropped = fall_behind (aq, why);
+  char name[160];
+
+  if (dropped)
+    nbdkit_debug ("%s: %s", leg_name (aq->l, name, sizeof name), why);
+  end_behind_marking (aq, dropped, offset, count);
+}
+
 /* Copy a client write's data into the ring (or, if it has no room,
  * into memory from malloc), into e.  Returns 0 or -1.  aq->lock held.
  */
@@ -563,10 +579,8 @@ void
 async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
 {
   struct async_leg *aq = l->aq;
-  struct aentry *dropped;
   uint64_t cost = cost_of (cmd->op, cmd->count);
   bool no_memory = false;
-  char name[160];
 
   pthread_mutex_lock (&aq->lock);
   while (!aq->dropping && atomic_load (&l->state) == LEG_SYNCING) {
@@ -586,12 +600,8 @@ async_enqueue (struct volume *v, struct leg *l, const struct leg_cmd *cmd)
     }
     /* Pull ahead: out of the receiving legs first, then drop. */
     pthread_mutex_unlock (&aq->lock);
-    static const char why[] = "asynchronous buffer full: pulled ahead";
-
-    dropped = fall_behind (aq, why);
-    if (dropped)
-      nbdkit_debug ("%s: %s", leg_name (l, name, sizeof name), why);
-    end_behind_marking (aq, dropped, cmd->offset, cmd->count);
+    pull_ahead (aq, "asynchronous buffer full: pulled ahead",
+                cmd->offset, cmd->count);
     return;
   }
   /* Behind or out already: the bitmap only. */
@@ -747,20 +757,13 @@ async_cut_epochs (struct volume *v)
 
   for (; legs != 0; legs &= legs - 1) {
     struct async_leg *aq = v->legs[__builtin_ctz (legs)].aq;
-    static const char why[] = "no memory for an epoch marker: pulled ahead";
     bool cut;
 
     pthread_mutex_lock (&aq->lock);
     cut = aq->dropping || cut_epoch_locked (aq);
     pthread_mutex_unlock (&aq->lock);
-    if (!cut) {
-      struct aentry *dropped = fall_behind (aq, why);
-      char name[160];
-
-      if (dropped)
-        nbdkit_debug ("%s: %s", leg_name (aq->l, name, sizeof name), why);
-      end_behind_marking (aq, dropped, 0, 0);
-    }
+    if (!cut)
+      pull_ahead (aq, "no memory for an epoch marker: pulled ahead", 0, 0);
   }
 }
 
@@ -804,15 +807,16 @@ async_caught_up (struct async_leg *aq)
     aq->behind_since_ns = 0;
 }
 
-/* Is the leg's rate (measure_leg_rate_locked) too old to judge by?
- * A leg behind sends nothing, so the rate it was last measured at is
- * not renewed: if that was across a stall of its server, it would keep
- * the leg behind for as long as the volume writes.  aq->lock held.
+/* Has the leg a rate to judge by (measure_leg_rate_locked): one was
+ * measured, less than RATE_STALE_NS ago?  A leg behind sends nothing,
+ * so the rate it was last measured at is not renewed: if that was
+ * across a stall of its server, it would keep the leg behind for as
+ * long as the volume writes.  aq->lock held.
  */
 bool
-leg_rate_stale_locked (const struct async_leg *aq)
+leg_rate_known_locked (const struct async_leg *aq)
 {
-  return now_ns () - aq->leg_rate_ns >= RATE_STALE_NS;
+  return aq->leg_rate != 0 && now_ns () - aq->leg_rate_ns < RATE_STALE_NS;
 }
 
 /* Does the leg keep pace with the volume's writes: clients wrote, over
@@ -849,7 +853,7 @@ keeps_pace_locked (struct async_leg *aq)
     aq->pace_ns = now;
     aq->pace_bytes = bytes;
   }
-  if (aq->leg_rate == 0 || leg_rate_stale_locked (aq))
+  if (!leg_rate_known_locked (aq))
     return true;
   return aq->pace_known && aq->client_rate * 4 <= aq->leg_rate * 3;
 }

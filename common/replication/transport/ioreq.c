@@ -593,11 +593,12 @@ time_out_legs (struct ioreq *r, uint32_t legs, double secs)
 }
 
 /* Sleep on the futex word while it says state (SLEEPING or NAPPING)
- * until the request is complete, or until deadline_ns (0: no limit).
- * Returns 0 when complete, -1 when the deadline passed first.
+ * until the request is complete, or until deadline_ns (CLOCK_MONOTONIC;
+ * 0: no limit).  Returns 0 when complete, -1 when the deadline passed
+ * first.
  */
 static int
-sleep_in_state (struct ioreq *r, uint32_t state, uint64_t deadline_ns)
+sleep_until (struct ioreq *r, uint32_t state, uint64_t deadline_ns)
 {
   struct timespec ts = {
     .tv_sec = (time_t) (deadline_ns / 1000000000),
@@ -609,16 +610,6 @@ sleep_in_state (struct ioreq *r, uint32_t state, uint64_t deadline_ns)
         errno == ETIMEDOUT)
       return atomic_load (&r->wake) == WAKE_DONE ? 0 : -1;
   return 0;
-}
-
-/* Sleep (state SLEEPING) until the request is complete, or until
- * deadline_ns (CLOCK_MONOTONIC; 0: no limit).  Returns 0 when
- * complete, -1 when the deadline passed first.
- */
-static int
-sleep_until (struct ioreq *r, uint64_t deadline_ns)
-{
-  return sleep_in_state (r, WAKE_SLEEPING, deadline_ns);
 }
 
 /* Set the issuer's thread policy for what it waits for: its lone
@@ -706,7 +697,7 @@ nap_until (struct ioreq *r, uint64_t deadline_ns)
       assert (w == WAKE_DONE);
       return 0;
     }
-    if (sleep_in_state (r, WAKE_NAPPING, until) == 0)
+    if (sleep_until (r, WAKE_NAPPING, until) == 0)
       return 0;
     w = WAKE_NAPPING;
     if (!atomic_compare_exchange_strong (&r->wake, &w, WAKE_IDLE))
@@ -758,7 +749,7 @@ wait_until (struct ioreq *r, uint64_t deadline_ns)
       return 0;
   }
   adapt_issuer (r, false, depth);
-  return sleep_until (r, deadline_ns);
+  return sleep_until (r, WAKE_SLEEPING, deadline_ns);
 }
 
 /* Make the request's waiter passive (see the design note). */
