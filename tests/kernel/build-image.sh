@@ -381,7 +381,8 @@ if [ "$rc" != 0 ] && [ "$rc" != 77 ]; then
   dmesg | tail -n 60
 fi
 echo "@@KTEST-EXIT=$rc@@"
-poweroff -f
+# -n: no sync(), which would wait out a dead NBD device's timeout.
+poweroff -n -f
 EOF
   chmod 755 "$stage/init"
 }
