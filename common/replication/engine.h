@@ -155,6 +155,18 @@ extern int engine_after_fork (struct volume *v)
 extern void engine_stop (struct volume *v)
   __attribute__ ((__nonnull__));
 
+/* Bracket every request of an NBD client: the shapes' data callbacks
+ * open them with ENGINE_CLIENT_REQUEST (the ublk frontend's requests do
+ * not pass here).  At a planned stop with clients connected, a request
+ * that begins after the stop has started waits for the end of the
+ * process, unanswered (handoff.c).
+ */
+extern int engine_client_begin (void);
+extern void engine_client_end (int *unused);
+#define ENGINE_CLIENT_REQUEST                                           \
+  __attribute__ ((cleanup (engine_client_end), unused))                 \
+  int engine_client_request_ = engine_client_begin ()
+
 /* The volume's UUID in uuid; false without metadata (metadata=none). */
 extern bool engine_volume_uuid (struct volume *v, uint8_t uuid[16])
   __attribute__ ((__nonnull__));

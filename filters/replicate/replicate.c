@@ -459,6 +459,7 @@ replicate_pread (nbdkit_next *next UNUSED, void *handle UNUSED, void *buf,
                  uint32_t count, uint64_t offset, uint32_t flags UNUSED,
                  int *err)
 {
+  ENGINE_CLIENT_REQUEST;
   return engine_pread (vol, buf, count, offset, err);
 }
 
@@ -468,6 +469,7 @@ replicate_pwrite (nbdkit_next *next UNUSED, void *handle UNUSED,
                   const void *buf, uint32_t count, uint64_t offset,
                   uint32_t flags, int *err)
 {
+  ENGINE_CLIENT_REQUEST;
   return engine_pwrite (vol, buf, count, offset, flags, err);
 }
 
@@ -476,6 +478,7 @@ static int
 replicate_flush (nbdkit_next *next UNUSED, void *handle UNUSED,
                  uint32_t flags UNUSED, int *err)
 {
+  ENGINE_CLIENT_REQUEST;
   return engine_flush (vol, err);
 }
 
@@ -484,6 +487,7 @@ static int
 replicate_trim (nbdkit_next *next UNUSED, void *handle UNUSED,
                 uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
+  ENGINE_CLIENT_REQUEST;
   return engine_trim (vol, count, offset, flags, err);
 }
 
@@ -492,6 +496,7 @@ static int
 replicate_zero (nbdkit_next *next UNUSED, void *handle UNUSED,
                 uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
+  ENGINE_CLIENT_REQUEST;
   return engine_zero (vol, count, offset, flags, err);
 }
 
@@ -508,6 +513,7 @@ replicate_extents (nbdkit_next *next UNUSED, void *handle UNUSED,
                    uint32_t count, uint64_t offset, uint32_t flags,
                    struct nbdkit_extents *extents, int *err)
 {
+  ENGINE_CLIENT_REQUEST;
   return engine_extents (vol, count, offset, flags, add_extent, extents,
                          err);
 }
@@ -518,6 +524,7 @@ replicate_cache (nbdkit_next *next UNUSED, void *handle UNUSED,
                  uint32_t count, uint64_t offset, uint32_t flags UNUSED,
                  int *err)
 {
+  ENGINE_CLIENT_REQUEST;
   return engine_cache (vol, count, offset, err);
 }
 

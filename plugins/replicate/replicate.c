@@ -230,6 +230,7 @@ static int
 replicate_pread (void *handle UNUSED, void *buf, uint32_t count,
                  uint64_t offset, uint32_t flags UNUSED)
 {
+  ENGINE_CLIENT_REQUEST;
   int err;
 
   if (engine_pread (vol, buf, count, offset, &err) == -1) {
@@ -244,6 +245,7 @@ static int
 replicate_pwrite (void *handle UNUSED, const void *buf, uint32_t count,
                   uint64_t offset, uint32_t flags)
 {
+  ENGINE_CLIENT_REQUEST;
   int err;
 
   if (engine_pwrite (vol, buf, count, offset, flags, &err) == -1) {
@@ -257,6 +259,7 @@ replicate_pwrite (void *handle UNUSED, const void *buf, uint32_t count,
 static int
 replicate_flush (void *handle UNUSED, uint32_t flags UNUSED)
 {
+  ENGINE_CLIENT_REQUEST;
   int err;
 
   if (engine_flush (vol, &err) == -1) {
@@ -271,6 +274,7 @@ static int
 replicate_trim (void *handle UNUSED, uint32_t count, uint64_t offset,
                 uint32_t flags)
 {
+  ENGINE_CLIENT_REQUEST;
   int err;
 
   if (engine_trim (vol, count, offset, flags, &err) == -1) {
@@ -285,6 +289,7 @@ static int
 replicate_zero (void *handle UNUSED, uint32_t count, uint64_t offset,
                 uint32_t flags)
 {
+  ENGINE_CLIENT_REQUEST;
   int err;
 
   if (engine_zero (vol, count, offset, flags, &err) == -1) {
@@ -306,6 +311,7 @@ static int
 replicate_extents (void *handle UNUSED, uint32_t count, uint64_t offset,
                    uint32_t flags, struct nbdkit_extents *extents)
 {
+  ENGINE_CLIENT_REQUEST;
   int err;
 
   if (engine_extents (vol, count, offset, flags, add_extent, extents,
@@ -321,6 +327,7 @@ static int
 replicate_cache (void *handle UNUSED, uint32_t count, uint64_t offset,
                  uint32_t flags UNUSED)
 {
+  ENGINE_CLIENT_REQUEST;
   int err;
 
   if (engine_cache (vol, count, offset, &err) == -1) {

@@ -8,19 +8,32 @@
  * controller fails none: the kernel sees its connections end, holds its
  * requests and sends the unanswered ones again to the next controller.
  *
+ * Nor may the connections be closed under nbdkit 1.32 while it serves
+ * them: a worker thread whose answer then fails marks the connection
+ * dead, and another one already on its way to answer trips nbdkit's
+ * assertion (raw_send_socket: `sock >= 0'; fixed in nbdkit 1.33.10).
+ * The planned stop would abort, leaving the next start to recover.
+ *
  * So the engine takes SIGTERM and SIGINT first (installed when its
  * threads start, after nbdkit has installed its own handlers).  The
- * handler only wakes a thread, which shuts down (both ways) every
- * connection that was accepted on one of the process's listening
- * sockets other than the control socket: nbdkit's NBD clients.  nbdkit
- * then reads end of file on them; a request it had already read goes on
- * and its answer, if any, is lost with the connection, which is what a
- * kill would have done.  Then the thread gives the signal back to
- * nbdkit (its old disposition, raised again), and the stop goes on as
- * before: nbdkit quits, and the engine stops cleanly (final flush,
- * empty activity log).  A request the client sends again lands on the
- * next controller, after this one has stopped.  Other clients see their
- * connection end instead of ESHUTDOWN answers.
+ * handler only wakes a thread, which counts the connections accepted on
+ * one of the process's listening sockets other than the control socket:
+ * nbdkit's NBD clients.
+ *   - None: the thread gives the signal back to nbdkit (its old
+ *     disposition, raised again), and nbdkit stops as it would have.
+ *   - Some: the thread closes the door of the engine to the clients'
+ *     requests (every data callback passes it: ENGINE_CLIENT_REQUEST)
+ *     and waits until the requests inside have left.  A request that
+ *     comes to the door later waits there for good, unanswered.  Then
+ *     the engine stops cleanly (final flush, empty activity log), and
+ *     the process ends with status 0 (_exit: nbdkit's threads are
+ *     still serving) without nbdkit's own teardown, as a kill would
+ *     end it.  The clients see their connections end; what they had
+ *     sent and got no answer for, they send again to the next
+ *     controller.  Nothing is answered ESHUTDOWN, and no answer fails
+ *     while nbdkit serves.  The layers nbdkit would unload after the
+ *     engine are not (the filters above, the filter shape's plugin,
+ *     already flushed by the engine's stop).
  *
  * Which sockets: a connection accepted on a listening socket has that
  * socket's local address (a Unix socket's path; for TCP its port, the
@@ -29,6 +42,11 @@
  * ephemeral port.  The process's sockets are found in /proc/self/fd.
  * nbdkit -s (one client on stdin) has no listener: its client still
  * gets ESHUTDOWN answers.
+ *
+ * The door: a count of the requests inside and a closed flag, both
+ * sequentially consistent atomics.  A request increments the count,
+ * then reads the flag; the stop sets the flag, then reads the count:
+ * either the request sees the door closed, or the stop sees it inside.
  *
  * The state is the process's (signal dispositions are): one volume per
  * process, as nbdkit loads one plugin.
@@ -41,16 +59,20 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
 #include "internal.h"
+#include "engine.h"
+#include "cleanup.h"
 #include "handoff.h"
 
 #define MAX_LISTENERS 16
@@ -65,6 +87,11 @@ static int wake_fds[2] = { -1, -1 };
 static struct sigaction old_term, old_int;
 static pthread_t thread;
 static bool started;
+static handoff_stop_fn stop_volume;
+
+/* The door (see the design note). */
+static atomic_ulong requests_inside;
+static atomic_bool door_closed;
 
 /* Signal handler: wake the thread with the signal's number. */
 static void
@@ -147,15 +174,15 @@ list_fds (int *fds, size_t max, size_t *n)
   return true;
 }
 
-/* Shut down the connections accepted on the process's listening
- * sockets but the control socket; returns how many.
+/* How many connections were accepted on the process's listening
+ * sockets but the control socket?
  */
 static size_t
-shut_clients (const char *control)
+count_clients (const char *control)
 {
   static int fds[4096];
   struct endpoint listeners[MAX_LISTENERS], ep;
-  size_t nfds, nl = 0, i, j, shut = 0;
+  size_t nfds, nl = 0, i, j, n = 0;
 
   if (!list_fds (fds, sizeof fds / sizeof fds[0], &nfds))
     return 0;
@@ -168,12 +195,11 @@ shut_clients (const char *control)
       continue;
     for (j = 0; j < nl; ++j)
       if (accepted_on (&ep, &listeners[j])) {
-        if (shutdown (fds[i], SHUT_RDWR) == 0)
-          shut++;
+        n++;
         break;
       }
   }
-  return shut;
+  return n;
 }
 
 /* Give signal sig back to nbdkit: its old disposition, raised again. */
@@ -187,7 +213,34 @@ pass_on (int sig)
     raise (sig);
 }
 
-/* The thread: on a stop signal, hand the clients over, pass it on. */
+/* Close the door and wait until the requests inside have left. */
+static void
+close_door (void)
+{
+  const struct timespec ms = { .tv_nsec = 1000000 };
+
+  atomic_store (&door_closed, true);
+  while (atomic_load (&requests_inside) > 0)
+    nanosleep (&ms, NULL);
+}
+
+/* Stop the volume cleanly under its n NBD client connections and end
+ * the process (see the design note).
+ */
+static _Noreturn void
+stop_under_clients (struct volume *v, int sig, size_t n)
+{
+  nbdkit_debug ("signal %d: %zu NBD client connection(s): closing the "
+                "volume to their requests, stopping it cleanly and ending "
+                "the process; what they sent and got no answer for, they "
+                "send again to the next controller", sig, n);
+  close_door ();
+  stop_volume (v);
+  nbdkit_debug ("stopped cleanly; exiting");
+  _exit (EXIT_SUCCESS);
+}
+
+/* The thread: on a stop signal, hand the clients over or pass it on. */
 static void *
 handoff_thread (void *arg)
 {
@@ -202,21 +255,22 @@ handoff_thread (void *arg)
       continue;
     if (r != 1 || c == 0)
       return NULL;
-    n = shut_clients (v->cfg.control);
-    nbdkit_debug ("signal %d: closed %zu NBD client connection(s) before "
-                  "stopping, without answering what they had sent",
-                  (int) c, n);
+    n = count_clients (v->cfg.control);
+    if (n > 0)
+      stop_under_clients (v, c, n);
+    nbdkit_debug ("signal %d: no NBD client connection: nbdkit stops", c);
     pass_on (c);
   }
 }
 
 /* Take SIGTERM and SIGINT and start the thread (see handoff.h). */
 int
-handoff_start (struct volume *v)
+handoff_start (struct volume *v, handoff_stop_fn stop)
 {
   struct sigaction sa = { .sa_handler = on_stop_signal };
   int err;
 
+  stop_volume = stop;
   if (pipe2 (wake_fds, O_CLOEXEC) == -1) {
     nbdkit_error ("pipe2: %m");
     return -1;
@@ -236,7 +290,10 @@ handoff_start (struct volume *v)
   return 0;
 }
 
-/* Give the signals back and end the thread (see handoff.h). */
+/* Give the signals back and end the thread (see handoff.h).  Called by
+ * the thread itself through stop_volume: it is not joined then, and
+ * its pipe stays open until the process ends.
+ */
 void
 handoff_stop (void)
 {
@@ -247,8 +304,30 @@ handoff_stop (void)
   started = false;
   sigaction (SIGTERM, &old_term, NULL);
   sigaction (SIGINT, &old_int, NULL);
+  if (pthread_equal (pthread_self (), thread))
+    return;
   if (write (wake_fds[1], &c, 1) == 1)
     pthread_join (thread, NULL);
   close (wake_fds[0]);
   close (wake_fds[1]);
+}
+
+/* A client's request comes to the door (see engine.h). */
+int
+engine_client_begin (void)
+{
+  atomic_fetch_add (&requests_inside, 1);
+  if (atomic_load (&door_closed)) {
+    atomic_fetch_sub (&requests_inside, 1);
+    for (;;)
+      pause ();
+  }
+  return 0;
+}
+
+/* A client's request leaves (see engine.h). */
+void
+engine_client_end (int *unused UNUSED)
+{
+  atomic_fetch_sub (&requests_inside, 1);
 }

@@ -6,11 +6,15 @@
 
 struct volume;
 
-/* Take SIGTERM and SIGINT from nbdkit: on either, close the NBD client
- * connections unanswered, then let nbdkit stop as it would have.  Call
- * once nbdkit has installed its handlers (.after_fork).  0 or -1.
+/* How the volume stops cleanly (engine_stop). */
+typedef void (*handoff_stop_fn) (struct volume *v);
+
+/* Take SIGTERM and SIGINT from nbdkit: on either, with NBD clients
+ * connected, close the volume to their requests, stop it (stop) and end
+ * the process; without, let nbdkit stop as it would have.  Call once
+ * nbdkit has installed its handlers (.after_fork).  0 or -1.
  */
-extern int handoff_start (struct volume *v);
+extern int handoff_start (struct volume *v, handoff_stop_fn stop);
 
 /* Give the signals back to nbdkit and end the thread (engine_stop). */
 extern void handoff_stop (void);

@@ -278,7 +278,7 @@ engine_after_fork (struct volume *v)
     return -1;
   if (v->cfg.control && control_start (v) == -1)
     return -1;
-  if (handoff_start (v) == -1)
+  if (handoff_start (v, engine_stop) == -1)
     return -1;
   v->threads_running = true;
   /* Last: the device is served once the engine is. */
