@@ -43,6 +43,8 @@ h.connect_uri('$c_uri')
 h.pwrite(bytearray([7]) * 4096, 0)
 os.kill($pid, signal.SIGTERM)
 time.sleep(0.5)
+state = open('/proc/$pid/stat').read().rsplit(') ', 1)[1][0]
+assert state != 'Z', 'the stop ended before the second signal'
 os.kill($pid, signal.SIG$second)
 time.sleep(0.3)
 try:
