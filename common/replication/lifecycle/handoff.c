@@ -28,7 +28,10 @@
  *     the engine stops cleanly (final flush, empty activity log), and
  *     the process ends with status 0 (_exit: nbdkit's threads are
  *     still serving) without nbdkit's own teardown, as a kill would
- *     end it.  The clients see their connections end; what they had
+ *     end it.  From the start of this stop the signals nbdkit quits on
+ *     (SIGTERM, SIGINT, SIGHUP, SIGQUIT) are ignored: nbdkit quitting
+ *     under it would answer ESHUTDOWN and run the plugin's cleanup (a
+ *     second engine_stop, closing the legs under this one).  The clients see their connections end; what they had
  *     sent and got no answer for, they send again to the next
  *     controller.  Nothing is answered ESHUTDOWN, and no answer fails
  *     while nbdkit serves.  The layers nbdkit would unload after the
@@ -224,6 +227,21 @@ close_door (void)
     nanosleep (&ms, NULL);
 }
 
+/* Ignore from now on the signals nbdkit quits on (its handlers: see
+ * the design note).
+ */
+static void
+ignore_quit_signals (void)
+{
+  static const int sigs[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT };
+  struct sigaction sa = { .sa_handler = SIG_IGN };
+  size_t i;
+
+  sigemptyset (&sa.sa_mask);
+  for (i = 0; i < sizeof sigs / sizeof sigs[0]; ++i)
+    sigaction (sigs[i], &sa, NULL);
+}
+
 /* Stop the volume cleanly under its n NBD client connections and end
  * the process (see the design note).
  */
@@ -234,6 +252,7 @@ stop_under_clients (struct volume *v, int sig, size_t n)
                 "volume to their requests, stopping it cleanly and ending "
                 "the process; what they sent and got no answer for, they "
                 "send again to the next controller", sig, n);
+  ignore_quit_signals ();
   close_door ();
   stop_volume (v);
   nbdkit_debug ("stopped cleanly; exiting");
@@ -291,8 +310,9 @@ handoff_start (struct volume *v, handoff_stop_fn stop)
 }
 
 /* Give the signals back and end the thread (see handoff.h).  Called by
- * the thread itself through stop_volume: it is not joined then, and
- * its pipe stays open until the process ends.
+ * the thread itself through stop_volume: it is not joined then, its
+ * pipe stays open until the process ends, and the signals stay ignored
+ * (nbdkit must not quit under the stop).
  */
 void
 handoff_stop (void)
@@ -302,10 +322,10 @@ handoff_stop (void)
   if (!started)
     return;
   started = false;
-  sigaction (SIGTERM, &old_term, NULL);
-  sigaction (SIGINT, &old_int, NULL);
   if (pthread_equal (pthread_self (), thread))
     return;
+  sigaction (SIGTERM, &old_term, NULL);
+  sigaction (SIGINT, &old_int, NULL);
   if (write (wake_fds[1], &c, 1) == 1)
     pthread_join (thread, NULL);
   close (wake_fds[0]);

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+#
+# A second stop signal while the controller stops cleanly under a
+# connected client (handoff.c: the door is closed, the volume is
+# stopping).  The volume's stop gave SIGTERM and SIGINT back to nbdkit
+# first, so a SIGINT (a second Ctrl-C, say) or a SIGHUP arriving during
+# the stop made nbdkit quit under it: nbdkit answered the client's next
+# request ESHUTDOWN, ran the plugin's cleanup (a second engine_stop)
+# concurrently, closing the legs under the first one's activity-log
+# write: both legs were failed, and the next start recovered from a
+# crash.  The stop is made to last by a delay filter on leg 1 (its
+# activity-log write waits 2 s); the second signal comes 0.5 s after
+# the first.
+# Asserted, for SIGTERM then SIGINT and SIGTERM then SIGHUP: status 0,
+# no assertion, no write answered ESHUTDOWN, no leg failed while
+# stopping, no crash recovery at the next start, legs identical.
+
+set -euo pipefail
+source ./functions.sh
+# functions.sh reads unset associative-array members in its cleanup
+# hooks, which set -u would abort.
+set +u
+set -x
+
+requires_nbdsh
+requires jq --version
+requires_filter delay
+
+start_replica 0
+start_replica 1 -- --filter=delay wdelay=2
+ctl=$tmpdir/c.ctl
+start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" control="$ctl"
+
+for second in INT HUP; do
+  server_running c || restart_controller c
+  wait_volume_state 60 "$ctl" healthy
+  pid=$(server_pid c)
+  "$NBDSH" -c "
+import errno, os, signal, time
+h = nbd.NBD()
+h.connect_uri('$c_uri')
+h.pwrite(bytearray([7]) * 4096, 0)
+os.kill($pid, signal.SIGTERM)
+time.sleep(0.5)
+state = open('/proc/$pid/stat').read().rsplit(') ', 1)[1][0]
+assert state != 'Z', 'the stop ended before the second signal'
+os.kill($pid, signal.SIG$second)
+time.sleep(0.3)
+try:
+    h.pwrite(bytearray([8]) * 4096, 1 << 20)
+    print('write after the second signal: answered done')
+except nbd.Error as e:
+    print('write after the second signal: %s' % e)
+    assert e.errno not in ('ESHUTDOWN', errno.ESHUTDOWN), \
+        'answered ESHUTDOWN: %s' % e
+"
+
+  reap_server c 60
+  [ "$server_status" -eq 0 ] || {
+    echo "$0: SIGTERM, SIG$second: exit status $server_status" >&2
+    exit 1
+  }
+  if server_run_log c | grep -E 'Assertion|-> failed'; then
+    echo "$0: SIGTERM, SIG$second: a leg failed or nbdkit aborted" >&2
+    exit 1
+  fi
+
+  restart_controller c
+  wait_volume_state 60 "$ctl" healthy
+  if server_run_log c | grep 'crash recovery:'; then
+    echo "$0: SIGTERM, SIG$second: the next start recovered from a crash" >&2
+    exit 1
+  fi
+  size=$("$NBDREP" status --json "$ctl" | jq .volume.size)
+  stop_controller c
+  cmp -n "$size" "$tmpdir/r0.img" "$tmpdir/r1.img"
+done
