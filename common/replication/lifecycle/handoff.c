@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Handing the NBD clients over at a clean stop (SIGTERM, SIGINT).
+/* Handing the NBD clients over at a clean stop (SIGTERM, SIGINT, SIGHUP,
+ * SIGQUIT: the signals nbdkit quits on).
  *
  * nbdkit, once told to quit, answers every request it still reads with
  * ESHUTDOWN.  The kernel's NBD client turns such an answer into an I/O
@@ -14,7 +15,7 @@
  * assertion (raw_send_socket: `sock >= 0'; fixed in nbdkit 1.33.10).
  * The planned stop would abort, leaving the next start to recover.
  *
- * So the engine takes SIGTERM and SIGINT first (installed when its
+ * So the engine takes those signals first (installed when its
  * threads start, after nbdkit has installed its own handlers).  The
  * handler only wakes a thread, which counts the connections accepted on
  * one of the process's listening sockets other than the control socket:
@@ -28,12 +29,12 @@
  *     the engine stops cleanly (final flush, empty activity log), and
  *     the process ends with status 0 (_exit: nbdkit's threads are
  *     still serving) without nbdkit's own teardown, as a kill would
- *     end it.  From the start of this stop the signals nbdkit quits on
- *     (SIGTERM, SIGINT, SIGHUP, SIGQUIT) are ignored: nbdkit quitting
- *     under it would answer ESHUTDOWN and run the plugin's cleanup (a
- *     second engine_stop, closing the legs under this one).  The clients see their connections end; what they had
- *     sent and got no answer for, they send again to the next
- *     controller.  Nothing is answered ESHUTDOWN, and no answer fails
+ *     end it.  From the start of this stop the four signals are
+ *     ignored: nbdkit quitting under it would answer ESHUTDOWN and run
+ *     the plugin's cleanup (a second engine_stop, closing the legs
+ *     under this one).  The clients see their connections end; what
+ *     they had sent and got no answer for, they send again to the
+ *     next controller.  Nothing is answered ESHUTDOWN, and no answer fails
  *     while nbdkit serves.  The layers nbdkit would unload after the
  *     engine are not (the filters above, the filter shape's plugin,
  *     already flushed by the engine's stop).
@@ -87,7 +88,10 @@ struct endpoint {
 };
 
 static int wake_fds[2] = { -1, -1 };
-static struct sigaction old_term, old_int;
+/* The signals nbdkit quits on, and its dispositions of them. */
+static const int quit_signals[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT };
+#define NR_QUIT_SIGNALS (sizeof quit_signals / sizeof quit_signals[0])
+static struct sigaction old_actions[NR_QUIT_SIGNALS];
 static pthread_t thread;
 static bool started;
 static handoff_stop_fn stop_volume;
@@ -209,11 +213,14 @@ count_clients (const char *control)
 static void
 pass_on (int sig)
 {
-  const struct sigaction *old = sig == SIGINT ? &old_int : &old_term;
+  size_t i;
 
-  sigaction (sig, old, NULL);
-  if (old->sa_handler != SIG_IGN)
-    raise (sig);
+  for (i = 0; i < NR_QUIT_SIGNALS; ++i)
+    if (quit_signals[i] == sig) {
+      sigaction (sig, &old_actions[i], NULL);
+      if (old_actions[i].sa_handler != SIG_IGN)
+        raise (sig);
+    }
 }
 
 /* Close the door and wait until the requests inside have left. */
@@ -227,19 +234,16 @@ close_door (void)
     nanosleep (&ms, NULL);
 }
 
-/* Ignore from now on the signals nbdkit quits on (its handlers: see
- * the design note).
- */
+/* Ignore nbdkit's quit signals from now on (see the design note). */
 static void
 ignore_quit_signals (void)
 {
-  static const int sigs[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT };
   struct sigaction sa = { .sa_handler = SIG_IGN };
   size_t i;
 
   sigemptyset (&sa.sa_mask);
-  for (i = 0; i < sizeof sigs / sizeof sigs[0]; ++i)
-    sigaction (sigs[i], &sa, NULL);
+  for (i = 0; i < NR_QUIT_SIGNALS; ++i)
+    sigaction (quit_signals[i], &sa, NULL);
 }
 
 /* Stop the volume cleanly under its n NBD client connections and end
@@ -282,11 +286,12 @@ handoff_thread (void *arg)
   }
 }
 
-/* Take SIGTERM and SIGINT and start the thread (see handoff.h). */
+/* Take nbdkit's quit signals and start the thread (see handoff.h). */
 int
 handoff_start (struct volume *v, handoff_stop_fn stop)
 {
   struct sigaction sa = { .sa_handler = on_stop_signal };
+  size_t i;
   int err;
 
   stop_volume = stop;
@@ -304,8 +309,8 @@ handoff_start (struct volume *v, handoff_stop_fn stop)
   }
   started = true;
   sigemptyset (&sa.sa_mask);
-  sigaction (SIGTERM, &sa, &old_term);
-  sigaction (SIGINT, &sa, &old_int);
+  for (i = 0; i < NR_QUIT_SIGNALS; ++i)
+    sigaction (quit_signals[i], &sa, &old_actions[i]);
   return 0;
 }
 
@@ -318,14 +323,15 @@ void
 handoff_stop (void)
 {
   char c = 0;
+  size_t i;
 
   if (!started)
     return;
   started = false;
   if (pthread_equal (pthread_self (), thread))
     return;
-  sigaction (SIGTERM, &old_term, NULL);
-  sigaction (SIGINT, &old_int, NULL);
+  for (i = 0; i < NR_QUIT_SIGNALS; ++i)
+    sigaction (quit_signals[i], &old_actions[i], NULL);
   if (write (wake_fds[1], &c, 1) == 1)
     pthread_join (thread, NULL);
   close (wake_fds[0]);

@@ -9,7 +9,8 @@ struct volume;
 /* How the volume stops cleanly (engine_stop). */
 typedef void (*handoff_stop_fn) (struct volume *v);
 
-/* Take SIGTERM and SIGINT from nbdkit: on either, with NBD clients
+/* Take the signals nbdkit quits on (SIGTERM, SIGINT, SIGHUP, SIGQUIT)
+ * from it: on any, with NBD clients
  * connected, close the volume to their requests, stop it (stop) and end
  * the process; without, let nbdkit stop as it would have.  Call once
  * nbdkit has installed its handlers (.after_fork).  0 or -1.
