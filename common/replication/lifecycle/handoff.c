@@ -87,11 +87,12 @@ struct endpoint {
   socklen_t len;
 };
 
-static int wake_fds[2] = { -1, -1 };
 /* The signals nbdkit quits on, and its dispositions of them. */
 static const int quit_signals[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT };
 #define NR_QUIT_SIGNALS (sizeof quit_signals / sizeof quit_signals[0])
 static struct sigaction old_actions[NR_QUIT_SIGNALS];
+
+static int wake_fds[2] = { -1, -1 };
 static pthread_t thread;
 static bool started;
 static handoff_stop_fn stop_volume;
