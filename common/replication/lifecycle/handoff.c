@@ -34,10 +34,10 @@
  *     the plugin's cleanup (a second engine_stop, closing the legs
  *     under this one).  The clients see their connections end; what
  *     they had sent and got no answer for, they send again to the
- *     next controller.  Nothing is answered ESHUTDOWN, and no answer fails
- *     while nbdkit serves.  The layers nbdkit would unload after the
- *     engine are not (the filters above, the filter shape's plugin,
- *     already flushed by the engine's stop).
+ *     next controller.  Nothing is answered ESHUTDOWN, and no answer
+ *     fails while nbdkit serves.  The layers nbdkit would unload after
+ *     the engine are not (the filters above, the filter shape's
+ *     plugin, already flushed by the engine's stop).
  *
  * Which sockets: a connection accepted on a listening socket has that
  * socket's local address (a Unix socket's path; for TCP its port, the

@@ -10,10 +10,10 @@ struct volume;
 typedef void (*handoff_stop_fn) (struct volume *v);
 
 /* Take the signals nbdkit quits on (SIGTERM, SIGINT, SIGHUP, SIGQUIT)
- * from it: on any, with NBD clients
- * connected, close the volume to their requests, stop it (stop) and end
- * the process; without, let nbdkit stop as it would have.  Call once
- * nbdkit has installed its handlers (.after_fork).  0 or -1.
+ * from it: on any, with NBD clients connected, close the volume to
+ * their requests, stop it (stop) and end the process; without, let
+ * nbdkit stop as it would have.  Call once nbdkit has installed its
+ * handlers (.after_fork).  0 or -1.
  */
 extern int handoff_start (struct volume *v, handoff_stop_fn stop);
 
