@@ -324,8 +324,8 @@ def report_cpucost(path, systems, n1, n2):
           " (user space); syscalls, context switches, CPU: perf stat"
           % (int(n2) - int(n1)))
     print()
-    head = ["system", "op", "QD", "front instr", "front w/o async sender",
-            "async sender", "poller", "front w/o both", "all instr",
+    head = ["system", "op", "QD", "front instr", "front w/o async threads",
+            "async threads", "volume poller", "front w/o both", "all instr",
             "all / L", "front syscalls", "all syscalls", "all ctx switches",
             "all CPU us"]
     out = []
@@ -371,7 +371,7 @@ def report_cpucost(path, systems, n1, n2):
                                [fmtr(ratio(x[k], y[k])) for k in
                                 ("fi", "fw", "fo", "ai", "fs", "as", "ac")])
         table(["comparison", "op", "QD", "front instr",
-               "front w/o async sender", "front w/o both", "all instr",
+               "front w/o async threads", "front w/o both", "all instr",
                "front syscalls", "all syscalls", "all ctx switches"], out,
               right=2)
     if ("C2A", "C2") in pairs:
@@ -382,8 +382,9 @@ def report_cpucost(path, systems, n1, n2):
                 r = ratio(x["fw"], y["fw"])
                 print("Goal: an asynchronous leg costs the synchronous path"
                       " <= 5 %% more instructions: C2A / C2 front-end without"
-                      " the async sender, %s QD%s: %s (%+.0f per request)"
-                      " -> %s; without the poller either: %s (%+.0f); the"
+                      " the async leg's threads, %s QD%s: %s (%+.0f per"
+                      " request) -> %s; without the volume's poller either:"
+                      " %s (%+.0f); the"
                       " whole front-end: %s; all processes: %s" % (
                           op, qd, fmtr(r), x["fw"] - y["fw"],
                           "-" if r != r else "met" if r <= 1.05 else "NOT met",

@@ -138,6 +138,9 @@ struct leg {
    */
   bool async;
   struct async_leg *aq;     /* its queue, NULL for a synchronous leg */
+  struct poller *own_poller; /* drives its connections (an asynchronous
+                                leg's: leg_own_poller), or NULL: the
+                                volume's */
   /* Its recovery point (unix seconds): every write queued before it
    * was flushed on the leg; written as its superblock's mtime
    * (change_lock).
@@ -353,8 +356,7 @@ struct ioreq {
   _Atomic uint32_t timed_out;   /* legs failed by the timeout */
   uint32_t fua_emulate;     /* legs that need a flush for FUA */
   uint64_t start_ns;        /* when it was prepared (latency, timeout) */
-  bool passive;             /* its waiter naps, never leads for long
-                               (ioreq_set_passive) */
+  struct poller *p;         /* the poller its issuer waits on */
   int err[MAX_LEGS];        /* per leg in `failed`: its errno */
   unsigned epoch[MAX_LEGS]; /* per leg: its connections' epoch at issue */
   struct ioslot slots[MAX_LEGS];

@@ -32,6 +32,7 @@
 #include "state.h"
 #include "drain.h"
 #include "leg.h"
+#include "poller.h"
 #include "member.h"
 #include "monitor.h"
 #include "admin.h"
@@ -91,7 +92,8 @@ make_added_async (struct volume *v, struct leg *l, char *err, size_t errlen)
     snprintf (err, errlen, "an asynchronous leg needs metadata=internal");
     return -1;
   }
-  if (async_make_leg (v, l) == -1 || async_start (l->aq) == -1) {
+  if (async_make_leg (v, l) == -1 || poller_start (l->own_poller) == -1 ||
+      async_start (l->aq) == -1) {
     snprintf (err, errlen, "cannot start its asynchronous queue");
     return -1;
   }
@@ -155,6 +157,7 @@ admin_add_leg (struct volume *v, const char *uri, bool async, char *err,
       atomic_fetch_and (&v->async_mask, (uint16_t) ~(1u << n));
     }
     leg_close (l);
+    leg_drop_own_poller (l);
     free (l->owned_uri);
     free (l->sb_buf);           /* examining it may have allocated them */
     free (l->al_buf);

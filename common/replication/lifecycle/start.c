@@ -225,7 +225,7 @@ examine_leg (struct volume *v, size_t i, struct elect_leg *el)
  * them, since they may hold the only copy of writes newer than the
  * recovery point; the operator rebuilds them.
  */
-static void
+static int
 promote (struct volume *v, struct leg *l, const struct superblock *sb)
 {
   char name[160];
@@ -246,7 +246,7 @@ promote (struct volume *v, struct leg *l, const struct superblock *sb)
                 "it is reachable",
                 leg_name (l, name, sizeof name), l->index, when,
                 rpo > 0 ? difftime (time (NULL), rpo) : 0.0, l->index);
-  async_promote_leg (v, l);
+  return async_promote_leg (v, l);
 }
 
 /* Open legs and elect, waiting up to wait= while the election asks for
@@ -294,8 +294,9 @@ open_and_elect (struct volume *v, struct elect_input *in,
   }
   if (res->message[0])
     nbdkit_debug ("election: %s", res->message);
-  if (res->promoted >= 0)
-    promote (v, &v->legs[res->promoted], &in->legs[res->promoted].sb);
+  if (res->promoted >= 0 &&
+      promote (v, &v->legs[res->promoted], &in->legs[res->promoted].sb) == -1)
+    return -1;
   return 0;
 }
 
@@ -868,7 +869,7 @@ engine_start (struct volume *v)
   int r;
 
   v->poller = poller_new (v->cfg.sched == SCHED_MODE_AUTO);
-  if (v->poller == NULL || poller_start (v->poller) == -1)
+  if (v->poller == NULL || legs_start_pollers (v) == -1)
     return -1;
   r = v->metadata ? start_with_metadata (v) : start_without_metadata (v);
   if (r == 0)
@@ -877,6 +878,6 @@ engine_start (struct volume *v)
     negotiate (v);
     v->started = true;
   }
-  poller_stop (v->poller);
+  legs_stop_pollers (v);
   return r;
 }

@@ -88,6 +88,7 @@ engine_free (struct volume *v)
     free (v->legs[i].al_buf);
     free (v->legs[i].owned_uri);
     async_free (v->legs[i].aq);
+    leg_drop_own_poller (&v->legs[i]);
     drain_free (&v->legs[i]);
     pthread_mutex_destroy (&v->legs[i].conns_lock);
     pthread_mutex_destroy (&v->legs[i].life_lock);
@@ -268,7 +269,7 @@ start_frontend (struct volume *v)
 int
 engine_after_fork (struct volume *v)
 {
-  if (poller_start (v->poller) == -1)
+  if (legs_start_pollers (v) == -1)
     return -1;
   if (start_async_senders (v) == -1)
     return -1;
@@ -328,8 +329,7 @@ engine_stop (struct volume *v)
                       &err);
   for (i = 0; i < v->nr_legs; ++i)
     leg_close (&v->legs[i]);
-  if (v->poller)
-    poller_stop (v->poller);
+  legs_stop_pollers (v);
   v->threads_running = false;
 }
 

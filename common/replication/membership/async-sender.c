@@ -23,12 +23,13 @@
  * queued) before taking it, and writers wake it only when it sleeps
  * with nothing queued (asleep), so a client writing one request at a
  * time costs one wake-up per GATHER_NS.  The batch's commands leave
- * corked, in one system call per connection, and the sender waits for
- * them, its flushes and its superblock writes passively (ioreq.c):
- * leading the volume's poller, or having its thread drive, while a
- * distant leg takes milliseconds to answer would make every client
- * request's issuer meanwhile a follower, woken by another thread
- * instead of reading its own replies.  A write's data goes back to
+ * corked, in one system call per connection.  The leg's connections
+ * have a poller of their own (leg_own_poller, made with the queue),
+ * whose thread reads the leg's replies: no client request's issuer
+ * reads them or waits behind them, however late a distant leg answers
+ * (poller.c).  The sender waits for its batches, flushes and
+ * superblock writes on that poller (ioreq_init_for_leg,
+ * ioreq_sync_io), as a follower.  A write's data goes back to
  * the ring once the leg has answered it; its entry stays, unflushed,
  * until its epoch is flushed.  A sender holding unflushed writes with
  * nothing more to send flushes them after IDLE_FLUSH_NS without a
@@ -170,8 +171,7 @@ send_batch (struct async_leg *aq, struct aentry **batch, size_t n)
       .offset = batch[i]->offset, .flags = batch[i]->flags,
       .buf = batch[i]->op == OP_WRITE ? batch[i]->data : NULL,
     };
-    ioreq_init (&aq->reqs[i], aq->v);
-    ioreq_set_passive (&aq->reqs[i]);
+    ioreq_init_for_leg (&aq->reqs[i], aq->l);
     ioreq_submit (&aq->reqs[i], aq->l, &cmd);
   }
   wire_uncork (&cork);
@@ -192,7 +192,7 @@ flush_leg (struct async_leg *aq)
 {
   static const struct leg_cmd flush = { .op = OP_FLUSH };
 
-  return ioreq_sync_io_as (aq->l, &flush, true);
+  return ioreq_sync_io (aq->l, &flush);
 }
 
 /* The batch was answered: its data may go (the ranges stay held until
@@ -277,7 +277,7 @@ async_write_sb (struct async_leg *aq)
   seq = metaio_encode_sb (v, l, aq->sb_buf);
   pthread_mutex_unlock (&v->change_lock);
   cmd.offset = md_sb_offset (l->caps.size, seq % 2);
-  e = ioreq_sync_io_as (l, &cmd, true);
+  e = ioreq_sync_io (l, &cmd);
   if (e == 0) {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
     if (l->sb_seq < seq)

@@ -279,8 +279,9 @@ async_new (struct volume *v, struct leg *l)
 }
 
 /* Make a leg asynchronous (async=URI, or nbdrep add --async): its
- * queue, and its bit in v->async_mask, before the leg is counted in
- * nr_legs.  Returns 0 or -1 after nbdkit_error.
+ * queue, a poller of its own for its connections (async-sender.c),
+ * and its bit in v->async_mask, before the leg is counted in nr_legs.
+ * Returns 0 or -1 after nbdkit_error.
  */
 int
 async_make_leg (struct volume *v, struct leg *l)
@@ -288,21 +289,29 @@ async_make_leg (struct volume *v, struct leg *l)
   l->aq = async_new (v, l);
   if (l->aq == NULL)
     return -1;
+  if (leg_own_poller (l) == -1) {
+    async_free (l->aq);
+    l->aq = NULL;
+    leg_drop_own_poller (l);
+    return -1;
+  }
   l->async = true;
   atomic_fetch_or (&v->async_mask, (uint16_t) (1u << l->index));
   return 0;
 }
 
 /* A promoted leg (prefer= force=true at start, DESIGN.md section 14)
- * is synchronous for this run: no queue, no bit.
+ * is synchronous for this run: no queue, no bit, the volume's poller.
+ * Returns 0 or -1 after nbdkit_error.
  */
-void
+int
 async_promote_leg (struct volume *v, struct leg *l)
 {
   atomic_fetch_and (&v->async_mask, (uint16_t) ~(1u << l->index));
   l->async = false;
   async_free (l->aq);
   l->aq = NULL;
+  return leg_drop_own_poller (l);
 }
 
 /* Free the queue (its thread stopped, nothing queued). */

@@ -22,9 +22,9 @@ struct async_status {
  */
 extern int async_make_leg (struct volume *v, struct leg *l);
 /* Make an asynchronous leg synchronous for this run (a failover at
- * start, before any thread runs).
+ * start, before any thread runs).  Returns 0 or -1 after nbdkit_error.
  */
-extern void async_promote_leg (struct volume *v, struct leg *l);
+extern int async_promote_leg (struct volume *v, struct leg *l);
 /* Create / free the queue of an asynchronous leg.  NULL after
  * nbdkit_error.
  */

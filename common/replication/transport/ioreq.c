@@ -32,24 +32,24 @@
  * clock is read to wait.
  *
  * Waiting (wait_until): an issuer whose request is not complete
- * drives the volume's poller itself if nobody does (it leads, see
- * poller.c), until its request is complete; its own completions then
- * run in its own thread and its state never leaves IDLE.  Otherwise it
- * sleeps as a follower (SLEEPING, counted in the poller); the
- * completion that moves it to DONE uncounts it.  With sched=auto the
- * issuer's thread moves to SCHED_OTHER when it leads and to
- * SCHED_BATCH when it sleeps behind a queue of followers (sched.c).
+ * drives its poller (r->p: the volume's, or for a request to one leg
+ * prepared by ioreq_init_for_leg, that leg's) itself if nobody does
+ * and issuers may lead it (it leads, see poller.c), until its request
+ * is complete; its own completions then run in its own thread and its
+ * state never leaves IDLE.  Otherwise it sleeps as a follower
+ * (SLEEPING, counted in the poller); the completion that moves it to
+ * DONE uncounts it.  With sched=auto the issuer's thread moves to
+ * SCHED_OTHER when it leads and to SCHED_BATCH when it sleeps behind a
+ * queue of followers (sched.c).
  *
- * A passive issuer (ioreq_set_passive: an asynchronous leg's sender,
- * whose leg may take milliseconds to answer) neither leads for long
- * nor follows: while it led, or while the poller thread drove for it
- * as a follower, every client request's issuer would find the token
- * taken and get its replies through a wake-up, which costs the
- * synchronous path its latency.  It naps instead (NAPPING, not
- * counted: no driver stays for it), for NAP_NS at a time; whoever
- * drives meanwhile completes its request and wakes it, and after each
- * nap, if nobody drives, it takes the token for one turn that does not
- * block (nap_until).  Its replies are read at most NAP_NS late.
+ * One poller per request.  Every connection a request goes to is on
+ * the poller its issuer waits on (asserted in ioreq_submit_on), so a
+ * leader reads every reply it waits for.  A request to several legs
+ * goes to synchronous legs only (volume_sync_legs), all on the
+ * volume's poller; an asynchronous leg, whose connections have a
+ * poller of their own (poller.c, "A leg's own poller"), is only ever
+ * asked alone (ioreq_init_for_leg, ioreq_sync_io), but for a resync's
+ * private connections, which are on the volume's poller (resync.c).
  *
  * Completions run in the connection's driver (the poller thread, a
  * leading issuer or the adopter), libnbd's with their handle's lock
@@ -131,9 +131,7 @@ count_latency (struct leg_stats *s, uint64_t us)
 }
 
 /* The states of an ioreq's futex word (see the design note). */
-enum { WAKE_IDLE, WAKE_SLEEPING, WAKE_NAPPING, WAKE_DONE };
-
-#define NAP_NS 1000000ULL       /* a passive issuer's nap */
+enum { WAKE_IDLE, WAKE_SLEEPING, WAKE_DONE };
 
 /* Prepare a request.  Nothing is issued yet.  err[] is left as it is:
  * only the entries of legs in `failed` are ever read.
@@ -149,7 +147,7 @@ ioreq_init (struct ioreq *r, struct volume *v)
   r->issued = 0;
   atomic_init (&r->timed_out, 0);
   r->fua_emulate = 0;
-  r->passive = false;
+  r->p = v->poller;
   r->start_ns = now_ns ();
   r->ext_fn = NULL;
   r->ext_opaque = NULL;
@@ -199,7 +197,7 @@ count_request (struct leg *l, const struct leg_cmd *cmd)
 static void
 wake_issuer (struct ioreq *r)
 {
-  struct poller *p = r->v->poller;
+  struct poller *p = r->p;
 
   if (r->on_done) {
     r->on_done (r);
@@ -209,9 +207,6 @@ wake_issuer (struct ioreq *r)
   case WAKE_SLEEPING:
     if (p)
       poller_unfollow (p);
-    futex_wake (&r->wake, 1);
-    break;
-  case WAKE_NAPPING:
     futex_wake (&r->wake, 1);
     break;
   }
@@ -553,6 +548,8 @@ ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
     s->conn = c;
   s->req = r;
   s->leg = li;
+  /* One poller per request (see the design note). */
+  assert (s->conn->poller == NULL || s->conn->poller == r->p);
   atomic_fetch_add (&s->conn->inflight, 1);
   atomic_fetch_add (&l->inflight, 1);
   e = issue (s->conn, cmd, s);
@@ -592,13 +589,12 @@ time_out_legs (struct ioreq *r, uint32_t legs, double secs)
   }
 }
 
-/* Sleep on the futex word while it says state (SLEEPING or NAPPING)
- * until the request is complete, or until deadline_ns (CLOCK_MONOTONIC;
- * 0: no limit).  Returns 0 when complete, -1 when the deadline passed
- * first.
+/* Sleep on the futex word while it says SLEEPING until the request is
+ * complete, or until deadline_ns (CLOCK_MONOTONIC; 0: no limit).
+ * Returns 0 when complete, -1 when the deadline passed first.
  */
 static int
-sleep_until (struct ioreq *r, uint32_t state, uint64_t deadline_ns)
+sleep_until (struct ioreq *r, uint64_t deadline_ns)
 {
   struct timespec ts = {
     .tv_sec = (time_t) (deadline_ns / 1000000000),
@@ -606,7 +602,7 @@ sleep_until (struct ioreq *r, uint32_t state, uint64_t deadline_ns)
   };
 
   while (atomic_load (&r->wake) != WAKE_DONE)
-    if (futex_wait (&r->wake, state, deadline_ns ? &ts : NULL) == -1 &&
+    if (futex_wait (&r->wake, WAKE_SLEEPING, deadline_ns ? &ts : NULL) == -1 &&
         errno == ETIMEDOUT)
       return atomic_load (&r->wake) == WAKE_DONE ? 0 : -1;
   return 0;
@@ -622,7 +618,7 @@ adapt_issuer (const struct ioreq *r, bool lone, unsigned depth)
     sched_adapt (lone, depth);
 }
 
-/* Drive the volume's poller (this thread holds its token) until the
+/* Drive the request's poller (this thread holds its token) until the
  * request is complete or deadline_ns passes, then give the token
  * back.  The clock is read at every iteration, its coarse variant
  * (cheaper, a few milliseconds behind at most, so the deadline is
@@ -669,48 +665,11 @@ become_follower (struct ioreq *r, unsigned *depth)
 
   *depth = 0;
   if (atomic_compare_exchange_strong (&r->wake, &w, WAKE_SLEEPING)) {
-    if (r->v->poller)
-      *depth = poller_follow (r->v->poller);
+    if (r->p)
+      *depth = poller_follow (r->p);
     return true;
   }
   return w != WAKE_DONE;
-}
-
-/* A passive issuer's wait (see the design note): nap, uncounted, for
- * NAP_NS at a time until the request is complete or deadline_ns (0:
- * no limit) passes; after each nap, if nobody drives the poller, take
- * it for one turn that does not block.  Returns 0 when complete, -1
- * when the deadline passed first.
- */
-static int
-nap_until (struct ioreq *r, uint64_t deadline_ns)
-{
-  struct poller *p = r->v->poller;
-
-  for (;;) {
-    uint64_t until = now_ns () + NAP_NS;
-    uint32_t w = WAKE_IDLE;
-
-    if (deadline_ns != 0 && until > deadline_ns)
-      until = deadline_ns;
-    if (!atomic_compare_exchange_strong (&r->wake, &w, WAKE_NAPPING)) {
-      assert (w == WAKE_DONE);
-      return 0;
-    }
-    if (sleep_until (r, WAKE_NAPPING, until) == 0)
-      return 0;
-    w = WAKE_NAPPING;
-    if (!atomic_compare_exchange_strong (&r->wake, &w, WAKE_IDLE))
-      return 0;                 /* completed as the nap ended */
-    if (deadline_ns != 0 && now_ns () >= deadline_ns)
-      return -1;
-    if (p && poller_try_lead (p)) {
-      poller_lead (p, 0);
-      poller_end_lead (p);
-      if (atomic_load (&r->wake) == WAKE_DONE)
-        return 0;
-    }
-  }
 }
 
 /* Wait until the request is complete, or until deadline_ns (0: no
@@ -724,13 +683,11 @@ nap_until (struct ioreq *r, uint64_t deadline_ns)
 static int
 wait_until (struct ioreq *r, uint64_t deadline_ns)
 {
-  struct poller *p = r->v->poller;
+  struct poller *p = r->p;
   uint32_t w = WAKE_SLEEPING;
   unsigned depth;
   int rc;
 
-  if (r->passive)
-    return nap_until (r, deadline_ns);
   if (p && poller_try_lead (p)) {
     rc = lead_until (r, p, deadline_ns);
     if (rc != -2)
@@ -749,14 +706,17 @@ wait_until (struct ioreq *r, uint64_t deadline_ns)
       return 0;
   }
   adapt_issuer (r, false, depth);
-  return sleep_until (r, WAKE_SLEEPING, deadline_ns);
+  return sleep_until (r, deadline_ns);
 }
 
-/* Make the request's waiter passive (see the design note). */
+/* Prepare a request to leg l alone, its issuer waiting on the leg's
+ * poller (see the design note).
+ */
 void
-ioreq_set_passive (struct ioreq *r)
+ioreq_init_for_leg (struct ioreq *r, struct leg *l)
 {
-  r->passive = true;
+  ioreq_init (r, l->v);
+  r->p = leg_poller (l);
 }
 
 /* Wait until every leg has answered, timing out silent legs (see the
@@ -816,7 +776,7 @@ ioreq_fua_flush (struct ioreq *r)
   if (legs == 0)
     return;
   ioreq_init (&f, r->v);
-  f.passive = r->passive;
+  f.p = r->p;
   for (i = 0; i < r->v->nr_legs; ++i)
     if (legs & (1u << i))
       ioreq_submit (&f, &r->v->legs[i], &flush);
@@ -878,29 +838,19 @@ ioreq_leg_error (const struct ioreq *r, unsigned li)
   return r->err[li];
 }
 
-/* Run one command on one leg and wait (FUA made durable), the waiter
- * passive if asked (ioreq_set_passive).  Returns 0 or an errno.
+/* Run one command on one leg and wait (FUA made durable), on the
+ * leg's poller.  Returns 0 or an errno.
  */
 int
-ioreq_sync_io_as (struct leg *l, const struct leg_cmd *cmd, bool passive)
+ioreq_sync_io (struct leg *l, const struct leg_cmd *cmd)
 {
   struct ioreq r;
   int err;
 
-  ioreq_init (&r, l->v);
-  r.passive = passive;
+  ioreq_init_for_leg (&r, l);
   ioreq_submit (&r, l, cmd);
   ioreq_wait_fua (&r);
   err = ioreq_leg_error (&r, l->index);
   ioreq_destroy (&r);
   return err;
-}
-
-/* Run one command on one leg and wait (FUA made durable).  Returns 0
- * or an errno.
- */
-int
-ioreq_sync_io (struct leg *l, const struct leg_cmd *cmd)
-{
-  return ioreq_sync_io_as (l, cmd, false);
 }

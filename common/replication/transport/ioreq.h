@@ -23,10 +23,10 @@ extern void ioreq_submit (struct ioreq *r, struct leg *l,
 extern void ioreq_submit_on (struct ioreq *r, struct leg *l, struct conn *c,
                              const struct leg_cmd *cmd);
 
-/* Its waiter never holds the volume's poller for long (see ioreq.c):
- * for a background thread whose legs answer slowly.
+/* Prepare a request to leg l alone, its issuer waiting on the leg's
+ * poller (an asynchronous leg's own: see ioreq.c).
  */
-extern void ioreq_set_passive (struct ioreq *r);
+extern void ioreq_init_for_leg (struct ioreq *r, struct leg *l);
 
 /* Wait until every leg has answered, timing out silent legs. */
 extern void ioreq_wait (struct ioreq *r);
@@ -78,10 +78,9 @@ extern int ioreq_leg_error (const struct ioreq *r, unsigned li);
 /* Release the request (after ioreq_wait): it holds no resource. */
 extern void ioreq_destroy (struct ioreq *r);
 
-/* Run one command on one leg and wait (FUA made durable). */
+/* Run one command on one leg and wait (FUA made durable), on the leg's
+ * poller.
+ */
 extern int ioreq_sync_io (struct leg *l, const struct leg_cmd *cmd);
-/* The same, its waiter passive if asked (ioreq_set_passive). */
-extern int ioreq_sync_io_as (struct leg *l, const struct leg_cmd *cmd,
-                             bool passive);
 
 #endif /* REPLICATE_IOREQ_H */

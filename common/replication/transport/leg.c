@@ -15,6 +15,7 @@
 
 #include <config.h>
 
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
@@ -209,7 +210,7 @@ leg_open (struct leg *l, double wait, bool *refused, char *err,
   return 0;
 }
 
-/* Hand every connection to the volume's poller. */
+/* Hand every connection to the leg's poller. */
 int
 leg_attach (struct leg *l)
 {
@@ -217,9 +218,91 @@ leg_attach (struct leg *l)
 
   for (i = 0; i < l->nr_conns; ++i)
     if (l->conns[i]->poller == NULL &&
-        poller_attach (l->conns[i], l->v->poller) == -1)
+        poller_attach (l->conns[i], leg_poller (l)) == -1)
       return -1;
   return 0;
+}
+
+/* The poller that drives the leg's connections. */
+struct poller *
+leg_poller (const struct leg *l)
+{
+  return l->own_poller ? l->own_poller : l->v->poller;
+}
+
+/* Move every connection attached elsewhere to the leg's poller.  No
+ * command may be in flight on the leg.
+ */
+static int
+rehome_conns (struct leg *l)
+{
+  unsigned i;
+
+  for (i = 0; i < l->nr_conns; ++i) {
+    struct conn *c = l->conns[i];
+
+    assert (atomic_load (&c->inflight) == 0);
+    if (c->poller == NULL || c->poller == leg_poller (l))
+      continue;
+    poller_detach (c);
+    if (poller_attach (c, leg_poller (l)) == -1)
+      return -1;
+  }
+  return 0;
+}
+
+/* Give the leg a poller of its own (see leg.h). */
+int
+leg_own_poller (struct leg *l)
+{
+  assert (l->own_poller == NULL);
+  l->own_poller = poller_new_own ();
+  if (l->own_poller == NULL)
+    return -1;
+  return rehome_conns (l);
+}
+
+/* Back to the volume's poller (see leg.h). */
+int
+leg_drop_own_poller (struct leg *l)
+{
+  struct poller *p = l->own_poller;
+  int r;
+
+  if (p == NULL)
+    return 0;
+  l->own_poller = NULL;
+  r = rehome_conns (l);
+  poller_stop (p);
+  poller_free (p);
+  return r;
+}
+
+/* Start the threads of the volume's poller and of the legs' own. */
+int
+legs_start_pollers (struct volume *v)
+{
+  size_t i;
+
+  if (poller_start (v->poller) == -1)
+    return -1;
+  for (i = 0; i < v->nr_legs; ++i)
+    if (v->legs[i].own_poller && poller_start (v->legs[i].own_poller) == -1)
+      return -1;
+  return 0;
+}
+
+/* Stop them. */
+void
+legs_stop_pollers (struct volume *v)
+{
+  size_t i;
+
+  for (i = 0; i < v->nr_legs; ++i)
+    if (v->legs[i].own_poller)
+      poller_stop (v->legs[i].own_poller);
+  if (v->poller)
+    poller_stop (v->poller);
 }
 
 /* Enter the issue window.  Returns false if the leg is closed. */

@@ -29,8 +29,33 @@ extern void leg_shutdown (struct leg *l);
  */
 extern void leg_close (struct leg *l);
 
-/* Hand every connection to the volume's poller. */
+/* Hand every connection to the leg's poller (leg_poller). */
 extern int leg_attach (struct leg *l);
+
+/* The poller that drives the leg's connections: its own or the
+ * volume's.
+ */
+extern struct poller *leg_poller (const struct leg *l);
+
+/* Give the leg a poller of its own, its thread driving always (an
+ * asynchronous leg: see poller.c), and move its connections there.
+ * Its thread is started with the volume's (legs_start_pollers), or by
+ * the caller.  Returns 0 or -1 after nbdkit_error.  No command may be
+ * in flight on the leg.
+ */
+extern int leg_own_poller (struct leg *l);
+
+/* Move the leg's connections back to the volume's poller, then stop
+ * and free its own (a promoted leg, a leg being freed).  Returns 0 or
+ * -1 after nbdkit_error.  No command may be in flight on the leg.
+ */
+extern int leg_drop_own_poller (struct leg *l);
+
+/* Start (stop) the threads of the volume's poller and of every leg's
+ * own poller.
+ */
+extern int legs_start_pollers (struct volume *v);
+extern void legs_stop_pollers (struct volume *v);
 
 /* Enter the issue window. */
 extern bool leg_enter (struct leg *l);

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* The poller: one epoll loop driving every leg connection of a
- * volume, run by its thread or by an issuer waiting for its request.
+/* The poller: one epoll loop driving the leg connections of a volume,
+ * run by its thread or by an issuer waiting for its request.  Every
+ * synchronous leg's connections are on the volume's poller; an
+ * asynchronous leg has one of its own (see "A leg's own poller").
  *
  * Workers issue commands straight from their own threads (the wire,
  * wire.c, or libnbd on TLS connections, sends at once when nothing is
@@ -83,6 +85,16 @@
  * so before its queues start its issuers stop leading
  * (poller_use_thread): from then on the thread, or the adopter, drives
  * all the time.
+ *
+ * A leg's own poller.  An asynchronous leg's connections are driven by
+ * a poller of their own (leg.c, leg_own_poller), in thread mode from
+ * its creation: its thread reads the replies of a leg that may answer
+ * milliseconds late, so that no client request's issuer reads them
+ * while it leads the volume's poller, and none waits for them as a
+ * follower.  The leg's sender waits on that poller, and no request
+ * goes both to such a leg and to another (ioreq.c, "One poller per
+ * request").  Its thread runs whenever the volume's does (leg.c,
+ * legs_start_pollers).
  */
 
 #include <config.h>
@@ -126,6 +138,7 @@ struct poller {
   _Atomic bool deferred;        /* an issuer deferred a send meanwhile */
   _Atomic bool aborts;          /* a wire was flagged for wire_abort */
   bool sched_auto;              /* the thread's policy follows the depth */
+  bool own;                     /* a leg's own (poller_new_own) */
   pthread_mutex_t lock;         /* conns[] */
   struct conn **conns;
   size_t nr_conns, cap_conns;
@@ -155,6 +168,21 @@ poller_new (bool sched_auto)
   pthread_mutex_init (&p->lock, NULL);
   atomic_init (&p->lead_ok, replicate_debug_lead != 0);
   p->sched_auto = sched_auto;
+  return p;
+}
+
+/* Create a leg's own poller (see the design note): its thread drives
+ * always, under a name of its own (leg_poller_thread).
+ */
+struct poller *
+poller_new_own (void)
+{
+  struct poller *p = poller_new (false);
+
+  if (p == NULL)
+    return NULL;
+  atomic_store (&p->lead_ok, false);
+  p->own = true;
   return p;
 }
 
@@ -437,6 +465,16 @@ poller_thread (void *arg)
   return NULL;
 }
 
+/* The thread of a leg's own poller: the same loop, named apart for
+ * profilers and debuggers (bench/cpucost counts it with the leg's
+ * sender, off the synchronous path).
+ */
+static void *
+leg_poller_thread (void *arg)
+{
+  return poller_thread (arg);
+}
+
 /* Start the thread. */
 int
 poller_start (struct poller *p)
@@ -446,7 +484,8 @@ poller_start (struct poller *p)
   if (p->thread_running)
     return 0;
   atomic_store (&p->stop, false);
-  r = pthread_create (&p->thread, NULL, poller_thread, p);
+  r = pthread_create (&p->thread, NULL,
+                      p->own ? leg_poller_thread : poller_thread, p);
   if (r != 0) {
     errno = r;
     nbdkit_error ("pthread_create: %m");

@@ -17,6 +17,11 @@
  */
 extern struct poller *poller_new (bool sched_auto);
 
+/* Create a leg's own poller, its thread driving always (no issuer
+ * leads it): see poller.c.
+ */
+extern struct poller *poller_new_own (void);
+
 /* Free a poller whose thread is stopped and which has no connection. */
 extern void poller_free (struct poller *p);
 
