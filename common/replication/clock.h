@@ -49,7 +49,8 @@ deadline_after (clockid_t id, uint64_t ns)
 }
 
 /* Sleep ms milliseconds if a -D replicate.FLAG pause for tests is set,
- * saying so in the debug log ("WHERE: pausing MS ms WHAT").
+ * saying so in the debug log ("WHERE: pausing MS ms WHAT", then
+ * "WHERE: pause over").
  */
 static inline void
 debug_pause (int ms, const char *where, const char *what, const char *flag)
@@ -60,6 +61,7 @@ debug_pause (int ms, const char *where, const char *what, const char *flag)
                 flag);
   nanosleep (&(struct timespec) {
       .tv_sec = ms / 1000, .tv_nsec = ms % 1000 * 1000000L }, NULL);
+  nbdkit_debug ("%s: pause over", where);
 }
 
 #endif /* REPLICATE_CLOCK_H */

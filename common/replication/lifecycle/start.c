@@ -544,6 +544,7 @@ prepare_absent_slots (struct volume *v, uint16_t winners, uint16_t *absent)
       return -1;
     *absent |= 1u << s;
     if (slot->flags & SLOT_MEMBER) {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->bm_write_lock);
       metaio_set_bm_gen (v, s, v->sb.gen);
       slot->flags &= ~SLOT_MEMBER;
     }

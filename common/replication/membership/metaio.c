@@ -21,7 +21,10 @@
  * The last uptodate leg's failure is not recorded at all.
  *
  * Changing a slot's bm_gen rewrites every page of its bitmap
- * (metaio_set_bm_gen).  A page on disk under another bm_gen than the
+ * (metaio_set_bm_gen).  It changes under bm_write_lock, under which
+ * the page writer reads it, so no page is encoded while it changes
+ * (a failing member's bm_gen changed under change_lock alone, while a
+ * page could be encoded with it half written).  A page on disk under another bm_gen than the
  * one a superblock records reads as empty, so while pages are being
  * rewritten some of them read as empty whichever of the two the
  * superblock holds.  That is harmless only while the leg owning the
@@ -52,6 +55,7 @@
 
 #include <config.h>
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -69,6 +73,13 @@
 #include "al.h"
 #include "random.h"
 #include "cleanup.h"
+
+/* -D replicate.bm_write_pause=MS: every batch of bitmap pages waits MS
+ * milliseconds once encoded, before it is sent, holding bm_write_lock:
+ * the window in which no bm_gen may change (metaio_set_bm_gen).  For
+ * tests only (test-safety-bmgen-race.sh).
+ */
+int replicate_debug_bm_write_pause = 0;     /* exported by the .syms */
 
 #define PAGES_IN_FLIGHT 32
 
@@ -367,11 +378,13 @@ metaio_write_sb (struct volume *v, uint16_t legs, int *errs)
 /* Start slot s's bitmap counting from generation g (see metaio.h):
  * every page is rewritten, also those whose bits do not change, since
  * a page on disk under another bm_gen reads as empty.  Recorded by the
- * next superblock write (a deferred change is dropped).
+ * next superblock write (a deferred change is dropped).  bm_write_lock
+ * held: the page writer reads bm_gen under it (encode_page).
  */
 void
 metaio_set_bm_gen (struct volume *v, unsigned s, struct gen g)
 {
+  assert (pthread_mutex_trylock (&v->bm_write_lock) == EBUSY);
   v->sb.slots[s].bm_gen = g;
   atomic_fetch_and (&v->bm_gen_pending, (uint16_t) ~(1u << s));
   if (volume_bitmap (v, s) != NULL)
@@ -409,6 +422,7 @@ metaio_record_absent (struct volume *v, struct leg *l, bool was_uptodate,
   if (!flushed)
     al_or_hot_into (v->al, volume_bitmap (v, (unsigned) l->slot));
   if (was_uptodate) {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->bm_write_lock);
     /* Atomic: write_bitmaps reads the flags without change_lock. */
     __atomic_fetch_and (&s->flags, ~(uint32_t) SLOT_MEMBER, __ATOMIC_RELAXED);
     metaio_set_bm_gen (v, (unsigned) l->slot, l->gen);
@@ -615,9 +629,12 @@ write_pages (struct volume *v, uint16_t legs, size_t n,
   size_t k;
   unsigned i;
 
+  for (k = 0; k < n; ++k)
+    encode_page (v, slots[k], pages[k], bufs + k * META_BLOCK);
+  debug_pause (replicate_debug_bm_write_pause, "bitmap write",
+               "with its pages encoded", "bm_write_pause");
   for (k = 0; k < n; ++k) {
     uint8_t *buf = bufs + k * META_BLOCK;
-    encode_page (v, slots[k], pages[k], buf);
     ioreq_init (&r[k], v);
     for (i = 0; i < v->nr_legs; ++i) {
       struct leg *l = &v->legs[i];

@@ -57,7 +57,8 @@ extern bool metaio_gen_unrecorded (const struct volume *v, struct gen g);
 extern int metaio_bump (struct volume *v);
 
 /* Make slot s's bitmap count from generation g (change_lock held, or
- * before the volume runs): its bm_gen, and every page of its bitmap
+ * before the volume runs, and bm_write_lock held: the page writer
+ * reads bm_gen under it): its bm_gen, and every page of its bitmap
  * marked for rewriting (a page left on disk under the old bm_gen would
  * read as empty after a restart, whether or not its bits changed).
  */
