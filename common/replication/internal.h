@@ -238,7 +238,7 @@ struct volume {
   _Atomic uint64_t resync_rate, resync_min_rate, verify_rate;
   /* Client requests so far (resync yields while this moves), and the
    * bytes of client writes (an asynchronous leg catches up only when
-   * it keeps pace with them: async.c).
+   * it keeps pace with them: async-behind.c).
    */
   _Atomic uint64_t client_requests, client_write_bytes;
 

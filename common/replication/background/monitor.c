@@ -466,7 +466,7 @@ next_action (struct volume *v, struct leg *l, uint64_t now)
   case LEG_STALE:
     /* An asynchronous leg catches up only once nothing it was sent
      * before it fell behind is still on its way, and only while it
-     * keeps pace with the volume's writes (async.c).
+     * keeps pace with the volume's writes (async-behind.c).
      */
     return MB_UPTODATE (membership_load (v)) && !l->held &&
       (l->aq == NULL || async_may_catch_up (l->aq)) ? A_RESYNC : A_NONE;

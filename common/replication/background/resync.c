@@ -696,7 +696,7 @@ prepare_target (struct resync *rs)
 
 /* Step 2: the target receives writes from now on (an asynchronous
  * one through its queue, which starts queueing again in the same hold
- * of v->lock, once no writer is marking for it: async.c).
+ * of v->lock, once no writer is marking for it: async-behind.c).
  */
 static void
 start_receiving_writes (struct resync *rs)
@@ -837,7 +837,7 @@ give_up (struct resync *rs)
   }
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
   /* An asynchronous target that fell behind while catching up is the
-   * monitor's again: it catches up anew once idle (async.c).
+   * monitor's again: it catches up anew once idle (async-behind.c).
    */
   if (rs->receiving && l->async)
     return;

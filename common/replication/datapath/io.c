@@ -105,8 +105,8 @@ io_queue_async (struct volume *v, uint16_t async, const struct leg_cmd *cmd)
 /* A write queued for the asynchronous legs among the writing ones was
  * not kept by the volume (the client gets an error): they fall behind
  * with its range in their bitmaps, so that what they hold there comes
- * from the volume again (async.c).  The caller holds the range lock and
- * the activity-log extents.
+ * from the volume again (async-behind.c).  The caller holds the range
+ * lock and the activity-log extents.
  */
 void
 io_discard_async (struct volume *v, uint16_t async, const struct leg_cmd *cmd)

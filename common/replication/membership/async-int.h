@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* The insides of an asynchronous leg's queue, shared by the queue's
- * side (async.c, whose note describes the whole) and its sender thread
+ * side (async.c, whose note describes the whole; async-behind.c, the
+ * leg falling behind and coming back) and its sender thread
  * (async-sender.c): the entries, their lists, the queue's structure
- * and the few helpers both files use.  Included only by those two
- * files; the rest of the engine uses async.h.
+ * and the few helpers these files use.  Included only by them; the
+ * rest of the engine uses async.h.
  *
  * Invariants (under aq->lock).  An entry is in one place at a time:
  * the queue (queued, not taken by the sender), the sender's batch (on
@@ -151,6 +152,20 @@ entry_cost (const struct aentry *e)
 
 /* Free a list of entries (their data let go already). */
 extern void free_list (struct aentry *e);
+/* Wake the sender if it waits for work with no deadline.  aq->lock
+ * held.
+ */
+extern void wake_sender_locked (struct async_leg *aq);
+/* Mark [offset, offset+count) in the leg's bitmap. */
+extern void mark_range (struct async_leg *aq, uint64_t offset,
+                        uint32_t count);
+/* A marking for a dropping leg is over.  No lock held. */
+extern void marking_done (struct async_leg *aq);
+/* Pull the leg ahead (fall behind, mark the dropped queue and
+ * offset+count).  No lock held.
+ */
+extern void pull_ahead (struct async_leg *aq, const char *why,
+                        uint64_t offset, uint32_t count);
 /* Give back a list of entries for reuse.  aq->lock held. */
 extern void entries_put_locked (struct async_leg *aq, struct aentry *e);
 /* Let an entry's data go.  aq->lock held. */

@@ -3,9 +3,10 @@
  * the leg's queue to the leg, epoch by epoch, flushes it, writes its
  * recovery point and drops everything when the leg fails; and its
  * start and stop (async_start, async_stop).  The queue as a whole
- * (what client writers do, crash consistency, falling behind and the
- * marking protocol) is described in async.c's note; the structures
- * both files use are in async-int.h.
+ * (what client writers do, crash consistency) is described in
+ * async.c's note, falling behind and the marking protocol in
+ * async-behind.c's; the structures these files use are in
+ * async-int.h.
  *
  * Epochs.  The sender takes the writes of one epoch in batches of up
  * to WINDOW (take_batch), sending a batch at once; a write that
@@ -53,7 +54,8 @@
  * bitmap; the sender then drops what is queued and unflushed the same
  * way, and waits until the leg receives writes again (async_resume).
  * It starts dropping only under v->lock with the leg out of the
- * receiving legs, as every way into dropping does (async.c's note).
+ * receiving legs, as every way into dropping does (async-behind.c's
+ * note).
  *
  * Stopping (async_stop) waits up to a timeout for the queue to be
  * flushed, then stops the thread; what is left keeps its activity-log
@@ -310,7 +312,7 @@ write_recovery_point (struct async_leg *aq, uint64_t newest_ns)
 /* The leg failed under the sender: record it (before anything is
  * dropped, so that no writer finds the queue dropping while the leg is
  * still syncing), then drop everything.  Dropping starts under v->lock
- * with the leg out of the receiving legs (async.c's note): if a
+ * with the leg out of the receiving legs (async-behind.c's note): if a
  * catch-up made it syncing again since (member_fail_leg found it out
  * already, stale), it is failed again first.  aq->lock held, dropped
  * around the work.

@@ -46,7 +46,8 @@ state_leg_name (enum leg_state s)
  *   stale    -> failed     the resync could not start or gave up
  *   syncing  -> uptodate   the resync is done
  *   syncing  -> failed     an error, or the operator (nbdrep fail)
- *   syncing  -> stale      an asynchronous leg falls behind (async.c)
+ *   syncing  -> stale      an asynchronous leg falls behind
+ *                          (async-behind.c)
  *   uptodate -> failed     an error, or the operator
  *   uptodate -> stale      held out as a backup's source
  *   any      -> removed    the operator (nbdrep remove)
