@@ -166,6 +166,11 @@ struct leg {
   pthread_mutex_t life_lock;
   _Atomic unsigned inflight;            /* requests in flight (least-busy) */
   struct leg_caps caps;
+  /* caps.size as leg_open left it, for status: caps are cleared and
+   * filled while the monitor connects the leg, under no lock status
+   * takes.
+   */
+  _Atomic uint64_t shown_size;
 
   /* Sockets of aborted connections kept until their server has closed
    * them (drain.c), under conns_lock.

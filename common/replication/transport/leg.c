@@ -34,6 +34,13 @@
 #include "poller.h"
 #include "cleanup.h"
 
+/* -D replicate.leg_open_pause=MS: opening an NBD leg waits MS
+ * milliseconds once its capabilities are read from the first
+ * connection, the window in which status must not read them.  For
+ * tests only (test-status-reconnect.sh).
+ */
+int replicate_debug_leg_open_pause = 0;     /* exported by the .syms */
+
 /* A name for messages: "leg 1 (nbd+unix:///?socket=/r1.sock)". */
 const char *
 leg_name (const struct leg *l, char *buf, size_t len)
@@ -167,6 +174,8 @@ open_nbd (struct leg *l, double wait, bool *refused, char *err,
   add_conn (l, c);
   if (read_nbd_caps (l, c->nbd, err, errlen) == -1)
     goto fail;
+  debug_pause (replicate_debug_leg_open_pause, "leg open",
+               "with its capabilities read", "leg_open_pause");
   if (!l->caps.can_multi_conn)
     want = 1;
   while (l->nr_conns < want) {
@@ -198,6 +207,7 @@ leg_open (struct leg *l, double wait, bool *refused, char *err,
   memset (&l->caps, 0, sizeof l->caps);
   r = l->local ? read_local_caps (l, err, errlen)
                : open_nbd (l, wait, refused, err, errlen);
+  atomic_store (&l->shown_size, l->caps.size);
   if (r == -1)
     return -1;
   atomic_fetch_add (&l->epoch, 1);
