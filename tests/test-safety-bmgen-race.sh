@@ -81,10 +81,13 @@ import re, sys
 lines = open(sys.argv[1], errors="replace").read().splitlines()
 failed = next(i for i, l in enumerate(lines)
               if re.search(r"leg 1: [a-z]+ -> failed", l))
-start = max(i for i in range(failed) if "bitmap write: pausing" in lines[i])
-over = [i for i in range(start, len(lines)) if "bitmap write: pause over" in lines[i]]
+start = max(i for i in range(failed)
+            if "bitmap write: pausing" in lines[i])
+over = [i for i in range(start, len(lines))
+        if "bitmap write: pause over" in lines[i]]
 assert over and over[0] > failed, \
-    "leg 1 did not fail inside a bitmap write's pause (lines %d, %d)" % (start, failed)
+    "leg 1 did not fail inside a bitmap write's pause (lines %d, %d)" \
+    % (start, failed)
 recorded = next((i for i in range(failed, len(lines))
                  if re.search(r"generation \d+ recorded", lines[i])), None)
 assert recorded is not None, "leg 1's failure was never recorded"

@@ -219,8 +219,8 @@ leg_json (struct volume *v, struct leg *l)
                        json_integer (counter (&l->stats.bytes_written)));
   json_object_set_new (j, "latency_us", json_real (latency_us (l)));
   json_object_set_new (j, "latency", latency_hist_json (l));
-  json_object_set_new (j, "size",
-                       json_integer ((json_int_t) atomic_load (&l->shown_size)));
+  json_object_set_new (j, "size", json_integer ((json_int_t)
+                                               atomic_load (&l->shown_size)));
   json_object_set_new (j, "async", async_json (v, l));
   return j;
 }

@@ -24,10 +24,10 @@
  * (metaio_set_bm_gen).  It changes under bm_write_lock, under which
  * the page writer reads it, so no page is encoded while it changes
  * (a failing member's bm_gen changed under change_lock alone, while a
- * page could be encoded with it half written).  A page on disk under another bm_gen than the
- * one a superblock records reads as empty, so while pages are being
- * rewritten some of them read as empty whichever of the two the
- * superblock holds.  That is harmless only while the leg owning the
+ * page could be encoded with it half written).  A page on disk under
+ * another bm_gen than the one a superblock records reads as empty, so
+ * while pages are being rewritten some of them read as empty whichever
+ * of the two the superblock holds.  That is harmless only while the leg owning the
  * slot holds neither (it is then rebuilt fully at the next start:
  * election.c, rule 5), or while the activity log covers every bit the
  * old pages do not hold.  Hence the invariant: a superblock records a
