@@ -181,7 +181,7 @@ poller_new_own (void)
 
   if (p == NULL)
     return NULL;
-  atomic_store (&p->lead_ok, false);
+  poller_use_thread (p);
   p->own = true;
   return p;
 }
