@@ -292,10 +292,13 @@ admin_remove_leg (struct volume *v, unsigned index, char *err, size_t errlen)
   }
   member_change_end (v);
   leg_close (l);
-  /* A removed leg is never connected again: its own poller (an
-   * asynchronous leg's) has nothing left to drive.  Its sender's
-   * requests fail at leg_enter from now on, without waiting on it.
+  /* A removed leg is never connected again: an asynchronous leg's
+   * sender gives up what it holds (its requests fail at leg_enter from
+   * now on) and stops, then its own poller, which has nothing left to
+   * drive.
    */
+  if (l->aq)
+    async_retire (l->aq, v->cfg.timeout);
   if (l->own_poller)
     poller_stop (l->own_poller);
   nbdkit_debug ("leg %u removed by the operator", index);

@@ -72,6 +72,7 @@
 
 #include <config.h>
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -565,4 +566,29 @@ async_stop (struct async_leg *aq, double timeout)
   pthread_mutex_unlock (&aq->lock);
   free_list (queued);
   free_list (unflushed);
+}
+
+/* Stop the sender of a leg that nbdrep remove took out and closed.
+ * Its requests fail at once from now on (leg_enter), so it drops what
+ * it holds the way a failure does (sender_failed_locked: the
+ * activity-log holds go back); sent writes waiting for their epoch's
+ * flush are flushed now, which fails, rather than after IDLE_FLUSH_NS.
+ * Then the thread stops, and the ring, which nothing is queued into
+ * again (async_enqueue queues only while the leg is syncing), is let
+ * go: a removed leg keeps neither a thread nor async-buffer bytes.
+ */
+void
+async_retire (struct async_leg *aq, double timeout)
+{
+  assert (atomic_load (&aq->l->state) == LEG_REMOVED);
+  pthread_mutex_lock (&aq->lock);
+  if (aq->unflushed.head)
+    aq->flush_now = true;
+  pthread_cond_broadcast (&aq->work);
+  pthread_mutex_unlock (&aq->lock);
+  async_stop (aq, timeout);
+  pthread_mutex_lock (&aq->lock);
+  assert (aq->ring.used == 0);
+  bufring_destroy (&aq->ring);
+  pthread_mutex_unlock (&aq->lock);
 }

@@ -35,6 +35,10 @@ extern void async_free (struct async_leg *aq);
  */
 extern int async_start (struct async_leg *aq);
 extern void async_stop (struct async_leg *aq, double timeout);
+/* The leg was removed and closed: its sender gives up what it holds,
+ * stops, and the queue's ring is let go.
+ */
+extern void async_retire (struct async_leg *aq, double timeout);
 /* Queue a client write or zero (range lock and activity-log extents
  * held by the caller); when the buffer is full, wait or pull ahead as
  * async-full= says.

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 #include "bufring.h"
@@ -62,13 +63,15 @@ bufring_init (struct bufring *r, size_t size)
   return 0;
 }
 
-/* Free the ring. */
+/* Free the ring.  A destroyed ring is empty and has no room: a take
+ * returns NULL.
+ */
 void
 bufring_destroy (struct bufring *r)
 {
   if (r->base)
     munmap (r->base, r->size);
-  r->base = NULL;
+  memset (r, 0, sizeof *r);
 }
 
 /* Lay down a block of len bytes at the head. */
