@@ -69,6 +69,40 @@ with open('$2', 'r+b') as f:
 "
 }
 
+# write_random_blocks URI EXPECTED SEED COUNT BLOCK SLOTS [FLUSH_EVERY
+# [nofinal]]: COUNT writes of BLOCK random bytes through URI, one at a
+# time, each at a random slot of the first SLOTS blocks of BLOCK bytes
+# (random.Random(SEED).randrange(SLOTS) * BLOCK; writes may overlap),
+# each put into the file EXPECTED once acknowledged.  Flushes after
+# every FLUSH_EVERY-th write (0, the default: none in the loop) and
+# after the last write (not with nofinal).  Fails if the client sees an
+# error.
+write_random_blocks ()
+{
+  local final=True
+  case "${8:-}" in
+    "") ;;
+    nofinal) final=False ;;
+    *) echo "write_random_blocks: unknown argument $8" >&2; return 1 ;;
+  esac
+  "$NBDSH" -u "$1" -c "
+import os, random
+rng = random.Random($3)
+every = ${7:-0}
+with open('$2', 'r+b') as f:
+    for i in range($4):
+        off = rng.randrange($6) * $5
+        buf = os.urandom($5)
+        h.pwrite(buf, off)
+        f.seek(off)
+        f.write(buf)
+        if every and i % every == every - 1:
+            h.flush()
+    if $final:
+        h.flush()
+"
+}
+
 # landed_in_order FILE LEN LATER_OFF LATER_BYTE EARLIER_OFF EARLIER_BYTE
 # [TIMEOUT]: wait (default 20 s) until the image FILE holds LEN bytes
 # LATER_BYTE at LATER_OFF (a later write), then tell whether it holds

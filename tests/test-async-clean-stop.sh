@@ -46,19 +46,7 @@ size=$(stat -c %s "$expected")
 # the same into $expected.
 writes ()
 {
-  "$NBDSH" -u "$c_uri" -c "
-import os, random
-rng = random.Random($1)
-with open('$expected', 'r+b') as f:
-    for i in range($2):
-        off = rng.randrange(512) * 16384
-        buf = os.urandom(16384)
-        h.pwrite(buf, off)
-        f.seek(off)
-        f.write(buf)
-        if i % 10 == 9:
-            h.flush()
-"
+  write_random_blocks "$c_uri" "$expected" "$1" "$2" 16384 512 10 nofinal
 }
 
 # 1.

@@ -43,20 +43,7 @@ new_expected "$expected" "$c_uri"
 # burst SEED: 200 writes of 16K and flushes, mirrored once acknowledged.
 burst ()
 {
-  "$NBDSH" -u "$c_uri" -c "
-import os, random
-rng = random.Random($1)
-with open('$expected', 'r+b') as f:
-    for i in range(200):
-        off = rng.randrange(1024) * 16384
-        buf = os.urandom(16384)
-        h.pwrite(buf, off)
-        f.seek(off)
-        f.write(buf)
-        if i % 16 == 15:
-            h.flush()
-    h.flush()
-"
+  write_random_blocks "$c_uri" "$expected" "$1" 200 16384 1024 16
 }
 
 # 1.

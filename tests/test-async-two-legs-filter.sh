@@ -48,20 +48,7 @@ size=$(stat -c %s "$expected")
 # $expected once acknowledged.
 burst ()
 {
-  "$NBDSH" -u "$c_uri" -c "
-import os, random
-rng = random.Random($1)
-with open('$expected', 'r+b') as f:
-    for i in range($2):
-        off = rng.randrange(1024) * 16384
-        buf = os.urandom(16384)
-        h.pwrite(buf, off)
-        f.seek(off)
-        f.write(buf)
-        if i % 8 == 7:
-            h.flush()
-    h.flush()
-"
+  write_random_blocks "$c_uri" "$expected" "$1" "$2" 16384 1024 8
 }
 
 # Leg 2 paused and leg 3 killed during a burst.

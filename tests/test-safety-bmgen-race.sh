@@ -42,18 +42,7 @@ new_expected "$expected" "$c_uri"
 # write SEED N: N random 64K writes and a flush, mirrored into $expected.
 write ()
 {
-  "$NBDSH" -u "$c_uri" -c "
-import os, random
-rng = random.Random($1)
-with open('$expected', 'r+b') as f:
-    for i in range($2):
-        off = rng.randrange(256) * 65536
-        buf = os.urandom(65536)
-        h.pwrite(buf, off)
-        f.seek(off)
-        f.write(buf)
-    h.flush()
-"
+  write_random_blocks "$c_uri" "$expected" "$1" "$2" 65536 256
 }
 
 # pauses_after N: more than N bitmap writes have paused.
