@@ -188,6 +188,8 @@ struct leg {
   char last_error[256];
   int slot;                 /* metadata slot, -1 = none yet */
   uint8_t uuid[16];         /* leg UUID, zero = not known */
+  bool slot_unknown;        /* removed with no slot known: the one its
+                               storage owns was not freed (admin.c) */
   bool refused;             /* not usable (TLS, another volume ...):
                                retried slowly (monitor.c) */
   bool want_full;           /* stale: the resync to start is full */

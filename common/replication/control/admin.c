@@ -13,7 +13,18 @@
  * quorum.  The leg's resync (if any) is stopped, it leaves the
  * membership, its metadata slot is freed and the generation bumped so
  * the survivors record it.  Its own metadata is left alone: if it comes
- * back (on a command line, or with add) it joins as a new member.
+ * back (on a command line, or with add) it joins as a new member.  An
+ * asynchronous leg's sender and poller stop, and its queue's ring is
+ * let go (async_retire).
+ *
+ * A leg removed before its superblock was ever read (unreachable since
+ * the controller started: after a failover, say) has no slot known to
+ * free, while one slot still carries its UUID: added back, it would be
+ * judged by that slot (a split brain after a failover).  The removal
+ * is the operator's consent to rebuild the storage at that URI, so the
+ * add of the same URI frees the slot its superblock claims, if no
+ * present leg holds it, as the removal would have, and judges it again
+ * as a new member (slot_of_removed).  Only in memory, for this run.
  *
  * Neither is remembered across a restart: the controller's command line
  * is the configuration (put the leg on it, or take it off).
@@ -100,6 +111,102 @@ make_added_async (struct volume *v, struct leg *l, char *err, size_t errlen)
   return 0;
 }
 
+/* Free slot s: clear its bitmap and its entry, the next bump records
+ * it.  Its absent bit is already cleared (no write marks it any more).
+ * change_lock held.
+ */
+static void
+clear_slot (struct volume *v, int s)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->bm_write_lock);
+  memset (&v->sb.slots[s], 0, sizeof v->sb.slots[s]);
+  if (v->bitmaps[s])
+    bitmap_clear_all (v->bitmaps[s]);
+}
+
+/* The removed leg of uri whose slot was not known when it was removed
+ * (retire_leg), or NULL.  v->lock held.
+ */
+static struct leg *
+removed_slot_unknown (struct volume *v, const char *uri)
+{
+  size_t i;
+
+  for (i = 0; i < v->nr_legs; ++i)
+    if (v->legs[i].slot_unknown && v->legs[i].uri &&
+        atomic_load (&v->legs[i].state) == LEG_REMOVED &&
+        config_same_leg (v->legs[i].uri, uri))
+      return &v->legs[i];
+  return NULL;
+}
+
+/* Does slot s belong to no present leg: assigned, neither a member of
+ * the generation nor the tracker's, held by no leg not removed?
+ * change_lock and v->lock held.
+ */
+static bool
+slot_orphaned (struct volume *v, int s)
+{
+  uint32_t flags = v->sb.slots[s].flags;
+  size_t i;
+
+  if (!(flags & SLOT_ASSIGNED) || (flags & (SLOT_MEMBER | SLOT_TRACKER)))
+    return false;
+  for (i = 0; i < v->nr_legs; ++i)
+    if (atomic_load (&v->legs[i].state) != LEG_REMOVED &&
+        v->legs[i].slot == s)
+      return false;
+  return true;
+}
+
+/* The slot l (being added, just examined) owns, if it is that of a leg
+ * removed from the same URI before its slot was known (see the note at
+ * the top) and no present leg holds it: taken out of the absent slots,
+ * l no longer its holder.  Else -1.  change_lock held.
+ */
+static int
+take_slot_of_removed (struct volume *v, struct leg *l)
+{
+  struct leg *r;
+  int s = l->slot;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+
+  r = removed_slot_unknown (v, l->uri);
+  if (r == NULL || s < 0 || !slot_orphaned (v, s))
+    return -1;
+  r->slot_unknown = false;
+  l->slot = -1;
+  memset (l->uuid, 0, sizeof l->uuid);
+  member_set_absent (v, MB_ABSENT (membership_load (v)) & ~(1u << s),
+                     "the slot of a leg removed unexamined, added back");
+  return s;
+}
+
+/* Free the slot of a removed leg that l, being added, owns (see the
+ * note at the top), recording it with a bump.  Returns true if it did:
+ * l is to be examined again (as a new member now).
+ */
+static bool
+slot_of_removed (struct volume *v, struct leg *l)
+{
+  int s;
+
+  member_change_begin (v);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
+    s = take_slot_of_removed (v, l);
+    if (s >= 0) {
+      clear_slot (v, s);
+      metaio_bump (v);
+    }
+  }
+  member_change_end (v);
+  if (s >= 0)
+    nbdkit_debug ("%s: slot %d, of the leg removed before it was reached, "
+                  "freed: it joins as a new member", l->uri, s);
+  return s >= 0;
+}
+
 /* Add a leg (asynchronous: async=URI at run time): connect it and
  * judge it before it is published, so that the operator hears at once
  * of an unreachable leg or one of another volume; then start its
@@ -135,6 +242,8 @@ admin_add_leg (struct volume *v, const char *uri, bool async, char *err,
   l->slot = -1;
   member_init_state (l, LEG_FAILED);   /* not counted in nr_legs yet */
   verdict = monitor_examine_leg (v, l, err, errlen);
+  if (verdict != V_UNREACHABLE && v->metadata && slot_of_removed (v, l))
+    verdict = monitor_examine_leg (v, l, err, errlen);
   if (verdict == V_UNREACHABLE || verdict == V_REFUSE) {
     char why[256];
     snprintf (why, sizeof why, "%s", err);
@@ -255,13 +364,10 @@ retire_leg (struct volume *v, struct leg *l)
     member_set_state (v, l, LEG_REMOVED, "removed by the operator");
     snprintf (l->last_error, sizeof l->last_error, "removed by the operator");
     l->slot = -1;               /* under v->lock, as status reads it */
+    l->slot_unknown = slot < 0 && v->metadata;
   }
-  if (slot >= 0 && v->metadata) {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->bm_write_lock);
-    memset (&v->sb.slots[slot], 0, sizeof v->sb.slots[slot]);
-    if (v->bitmaps[slot])
-      bitmap_clear_all (v->bitmaps[slot]);
-  }
+  if (slot >= 0 && v->metadata)
+    clear_slot (v, slot);
 }
 
 /* Remove a leg.  Returns 0, or -1 with the reason in err. */
