@@ -190,6 +190,8 @@ struct leg {
   uint8_t uuid[16];         /* leg UUID, zero = not known */
   bool slot_unknown;        /* removed with no slot known: the one its
                                storage owns was not freed (admin.c) */
+  bool sb_read;             /* its superblock was read and judged in
+                               this run (change_lock; slots.c) */
   bool refused;             /* not usable (TLS, another volume ...):
                                retried slowly (monitor.c) */
   bool want_full;           /* stale: the resync to start is full */
@@ -227,6 +229,8 @@ struct volume {
   void *local_opaque;
 
   _Atomic size_t nr_legs;       /* grows with add-leg, never shrinks */
+  struct leg *adding;           /* the leg nbdrep add examines, not counted
+                                   yet (v->lock; slots.c) */
   /* The asynchronous legs (bits by index): a bit is set before its leg
    * is counted in nr_legs and never changes afterwards.
    */

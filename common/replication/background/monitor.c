@@ -132,6 +132,8 @@ judge_returning_leg (struct volume *v, struct leg *l, char *why, size_t len)
   }
   if (metaio_read_sb (l, &sb, &st, why, len) == -1)
     return V_UNREACHABLE;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
+  l->sb_read = true;            /* reached: see slots.c */
   if (st != META_OK)
     return V_FULL;              /* blank or damaged: rebuild it */
   if (memcmp (sb.volume_uuid, v->sb.volume_uuid, 16) != 0) {
@@ -143,7 +145,6 @@ judge_returning_leg (struct volume *v, struct leg *l, char *why, size_t len)
   }
   if (same_storage_as (v, l, sb.leg_uuid, why, len))
     return V_REFUSE;
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
   return judge_sb_locked (v, l, &sb, why, len);
 }
 

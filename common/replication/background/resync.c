@@ -73,6 +73,7 @@
 #include "al.h"
 #include "async.h"
 #include "random.h"
+#include "slots.h"
 #include "cleanup.h"
 #include "array.h"
 
@@ -560,17 +561,20 @@ run_pass (struct resync *rs)
 }
 
 /* A free slot, else the changed-block tracker's (the next backup then
- * reads everything), else -1.  change_lock held.
+ * reads everything), else an orphaned one (slots.c: its leg, gone, is
+ * rebuilt fully if it comes back), else -1.  change_lock held.
  */
 static int
 free_slot (struct volume *v)
 {
   unsigned s;
+  int t;
 
   for (s = 0; s < v->cfg.max_legs; ++s)
     if (!(v->sb.slots[s].flags & SLOT_ASSIGNED))
       return (int) s;
-  return backup_yield_tracker_slot (v);
+  t = backup_yield_tracker_slot (v);
+  return t >= 0 ? t : slots_recycle_orphan (v);
 }
 
 /* Give the target a slot if it has none (a new member).  change_lock

@@ -49,6 +49,7 @@
 #include "admin.h"
 #include "metaio.h"
 #include "resync.h"
+#include "slots.h"
 #include "cleanup.h"
 
 /* Check that uri is a new leg.  v->lock held.  Returns -1 with err. */
@@ -75,10 +76,11 @@ check_new_uri (struct volume *v, const char *uri, char *err, size_t errlen)
 }
 
 /* Is a metadata slot free for a new member (the changed-block
- * tracker's counts, unless a backup runs: backup.c)?
+ * tracker's counts, unless a backup runs: backup.c; so does an
+ * orphaned one: slots.c)?  If not, err says why.
  */
 static bool
-free_slot_exists (struct volume *v)
+free_slot_exists (struct volume *v, char *err, size_t errlen)
 {
   uint32_t flags;
   unsigned s;
@@ -90,6 +92,9 @@ free_slot_exists (struct volume *v)
         ((flags & SLOT_TRACKER) && v->backup == NULL))
       return true;
   }
+  if (slots_find_orphan (v) >= 0)
+    return true;
+  slots_explain_none (v, err, errlen);
   return false;
 }
 
@@ -111,19 +116,6 @@ make_added_async (struct volume *v, struct leg *l, char *err, size_t errlen)
   return 0;
 }
 
-/* Free slot s: clear its bitmap and its entry, the next bump records
- * it.  Its absent bit is already cleared (no write marks it any more).
- * change_lock held.
- */
-static void
-clear_slot (struct volume *v, int s)
-{
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->bm_write_lock);
-  memset (&v->sb.slots[s], 0, sizeof v->sb.slots[s]);
-  if (v->bitmaps[s])
-    bitmap_clear_all (v->bitmaps[s]);
-}
-
 /* The removed leg of uri whose slot was not known when it was removed
  * (retire_leg), or NULL.  v->lock held.
  */
@@ -140,25 +132,6 @@ removed_slot_unknown (struct volume *v, const char *uri)
   return NULL;
 }
 
-/* Does slot s belong to no present leg: assigned, neither a member of
- * the generation nor the tracker's, held by no leg not removed?
- * change_lock and v->lock held.
- */
-static bool
-slot_orphaned (struct volume *v, int s)
-{
-  uint32_t flags = v->sb.slots[s].flags;
-  size_t i;
-
-  if (!(flags & SLOT_ASSIGNED) || (flags & (SLOT_MEMBER | SLOT_TRACKER)))
-    return false;
-  for (i = 0; i < v->nr_legs; ++i)
-    if (atomic_load (&v->legs[i].state) != LEG_REMOVED &&
-        v->legs[i].slot == s)
-      return false;
-  return true;
-}
-
 /* The slot l (being added, just examined) owns, if it is that of a leg
  * removed from the same URI before its slot was known (see the note at
  * the top) and no present leg holds it: taken out of the absent slots,
@@ -172,7 +145,7 @@ take_slot_of_removed (struct volume *v, struct leg *l)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
 
   r = removed_slot_unknown (v, l->uri);
-  if (r == NULL || s < 0 || !slot_orphaned (v, s))
+  if (r == NULL || s < 0 || !slots_orphaned (v, s, l))
     return -1;
   r->slot_unknown = false;
   l->slot = -1;
@@ -196,7 +169,7 @@ slot_of_removed (struct volume *v, struct leg *l)
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
     s = take_slot_of_removed (v, l);
     if (s >= 0) {
-      clear_slot (v, s);
+      slots_clear (v, s);
       metaio_bump (v);
     }
   }
@@ -205,6 +178,23 @@ slot_of_removed (struct volume *v, struct leg *l)
     nbdkit_debug ("%s: slot %d, of the leg removed before it was reached, "
                   "freed: it joins as a new member", l->uri, s);
   return s >= 0;
+}
+
+/* -D replicate.add_pause=MS: nbdrep add waits MS milliseconds once the
+ * leg is judged, before nr_legs counts it: the window in which the slot
+ * it owns is held through v->adding alone.  For tests only
+ * (test-meta-slot-recycle.sh).
+ */
+int replicate_debug_add_pause = 0;          /* exported by the .syms */
+
+/* Name the leg being added, or none (NULL): until nr_legs counts it,
+ * the slot it owns is held through v->adding (slots.c).
+ */
+static void
+set_adding (struct volume *v, struct leg *l)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+  v->adding = l;
 }
 
 /* Add a leg (asynchronous: async=URI at run time): connect it and
@@ -241,6 +231,7 @@ admin_add_leg (struct volume *v, const char *uri, bool async, char *err,
   l->uri = l->owned_uri;
   l->slot = -1;
   member_init_state (l, LEG_FAILED);   /* not counted in nr_legs yet */
+  set_adding (v, l);
   verdict = monitor_examine_leg (v, l, err, errlen);
   if (verdict != V_UNREACHABLE && v->metadata && slot_of_removed (v, l))
     verdict = monitor_examine_leg (v, l, err, errlen);
@@ -250,16 +241,13 @@ admin_add_leg (struct volume *v, const char *uri, bool async, char *err,
     snprintf (err, errlen, "%s: %s%s", uri,
               verdict == V_UNREACHABLE ? "cannot reach it: " : "", why);
   }
-  else if (v->metadata && l->slot < 0 && !free_slot_exists (v)) {
-    snprintf (err, errlen, "no free metadata slot (max-legs=%u, fixed when "
-              "the volume was created): remove a leg first",
-              v->cfg.max_legs);
+  else if (v->metadata && l->slot < 0 && !free_slot_exists (v, err, errlen))
     verdict = V_REFUSE;
-  }
   if (verdict != V_REFUSE && verdict != V_UNREACHABLE && async &&
       make_added_async (v, l, err, errlen) == -1)
     verdict = V_REFUSE;
   if (verdict == V_REFUSE || verdict == V_UNREACHABLE) {
+    set_adding (v, NULL);
     if (l->aq) {
       async_stop (l->aq, 0);
       async_free (l->aq);
@@ -276,10 +264,13 @@ admin_add_leg (struct volume *v, const char *uri, bool async, char *err,
     memset (l, 0, sizeof *l);
     return -1;
   }
+  debug_pause (replicate_debug_add_pause, "add",
+               "with the leg judged, before it is counted", "add_pause");
   {
     /* Counted from now on: the monitor may look at it. */
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->life_lock);
     atomic_store (&v->nr_legs, n + 1);
+    set_adding (v, NULL);
     nbdkit_debug ("leg %zu (%s) added by the operator", n, uri);
     if (monitor_apply_verdict (v, l, verdict) == -1) {
       snprintf (err, errlen, "leg %zu: cannot write its metadata", n);
@@ -367,7 +358,7 @@ retire_leg (struct volume *v, struct leg *l)
     l->slot_unknown = slot < 0 && v->metadata;
   }
   if (slot >= 0 && v->metadata)
-    clear_slot (v, slot);
+    slots_clear (v, slot);
 }
 
 /* Remove a leg.  Returns 0, or -1 with the reason in err. */

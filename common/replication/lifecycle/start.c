@@ -209,6 +209,7 @@ examine_leg (struct volume *v, size_t i, struct elect_leg *el)
     return;
   }
   el->reachable = true;
+  l->sb_read = true;            /* reached: see slots.c */
   if (el->status == META_CORRUPT)
     nbdkit_error ("%s: %s", name, err);
   if (el->status != META_OK)

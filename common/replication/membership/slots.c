@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Metadata slots for new members (DESIGN.md section 5): a leg that owns
+ * no slot (blank, or added back after its slot was freed) is given a
+ * free one when its full resync starts (resync.c, assign_slot); when
+ * none is free, the changed-block tracker's (backup.c), and then an
+ * orphaned slot.
+ *
+ * An orphaned slot is assigned, neither a member of the generation nor
+ * the tracker's, and held by no leg of the volume: the slot of a leg
+ * taken off the command line, or removed before the controller ever
+ * reached it (nbdrep remove frees the slot of a leg it knows, and only
+ * that one).  Without recycling them, a leg lost for good after a
+ * restart would keep its slot, absent and marked by every write, for
+ * ever, and a volume created with max-legs equal to its legs could
+ * never take the leg that replaces it.  Its leg, if it ever comes back,
+ * no longer owns a slot: it is rebuilt fully as a new member instead of
+ * being judged against its old generation (refused as a split brain,
+ * or resynced from the bitmap).  So a slot counts as orphaned only
+ * while every leg of the volume has been reached in this run (its
+ * superblock read and judged: sb_read): a leg not reached yet may be
+ * the slot's owner, and a leg of the volume keeps its judgement.  The
+ * leg an add is examining (v->adding, not counted in nr_legs yet)
+ * holds the slot it owns like any leg.  Of several orphaned slots, the
+ * one absent the longest goes (the lowest bm_gen counter).
+ *
+ * Lock order: change_lock (the slot table, sb_read) -> v->lock (the
+ * legs' slots, v->adding) -> bm_write_lock (a slot's entry and bitmap,
+ * as the cooler writes them).
+ */
+
+#include <config.h>
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+#include "member.h"
+#include "random.h"
+#include "slots.h"
+#include "cleanup.h"
+
+/* Does this thread hold change_lock (for assertions: EBUSY if anyone
+ * does)?
+ */
+static bool
+change_lock_taken (struct volume *v)
+{
+  return pthread_mutex_trylock (&v->change_lock) == EBUSY;
+}
+
+/* Does a leg of the volume, or the one being added, but except hold
+ * slot s?  v->lock held.
+ */
+static bool
+slot_held (struct volume *v, int s, const struct leg *except)
+{
+  size_t i;
+
+  for (i = 0; i < v->nr_legs; ++i) {
+    const struct leg *l = &v->legs[i];
+    if (l != except && atomic_load (&l->state) != LEG_REMOVED &&
+        l->slot == s)
+      return true;
+  }
+  return v->adding && v->adding != except && v->adding->slot == s;
+}
+
+/* A leg of the volume not reached in this run (it may own any orphaned
+ * slot), or NULL.  change_lock held.
+ */
+static const struct leg *
+unreached_leg (struct volume *v)
+{
+  size_t i;
+
+  for (i = 0; i < v->nr_legs; ++i) {
+    const struct leg *l = &v->legs[i];
+    if (atomic_load (&l->state) != LEG_REMOVED && !l->sb_read)
+      return l;
+  }
+  return NULL;
+}
+
+/* Is slot s orphaned (see slots.h)? */
+bool
+slots_orphaned (struct volume *v, int s, const struct leg *except)
+{
+  uint32_t flags = v->sb.slots[s].flags;
+
+  assert (member_lock_held (v));
+  return (flags & SLOT_ASSIGNED) && !(flags & (SLOT_MEMBER | SLOT_TRACKER)) &&
+    !slot_held (v, s, except);
+}
+
+/* The orphaned slot absent the longest, or -1 (see slots.h). */
+int
+slots_find_orphan (struct volume *v)
+{
+  int s, best = -1;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+
+  assert (change_lock_taken (v));
+  if (unreached_leg (v) != NULL)
+    return -1;
+  for (s = 0; s < (int) v->cfg.max_legs; ++s)
+    if (slots_orphaned (v, s, NULL) &&
+        (best < 0 ||
+         v->sb.slots[s].bm_gen.counter < v->sb.slots[best].bm_gen.counter))
+      best = s;
+  return best;
+}
+
+/* Clear slot s (see slots.h). */
+void
+slots_clear (struct volume *v, int s)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->bm_write_lock);
+
+  memset (&v->sb.slots[s], 0, sizeof v->sb.slots[s]);
+  if (v->bitmaps[s])
+    bitmap_clear_all (v->bitmaps[s]);
+}
+
+/* Give an orphaned slot to a new member (see slots.h). */
+int
+slots_recycle_orphan (struct volume *v)
+{
+  int s = slots_find_orphan (v);
+  char uuid[37];
+
+  if (s < 0)
+    return -1;
+  uuid_format (v->sb.slots[s].uuid, uuid);
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    member_set_absent (v, MB_ABSENT (membership_load (v)) & ~(1u << s),
+                       "an orphaned slot given to a new leg");
+  }
+  slots_clear (v, s);
+  nbdkit_debug ("slot %d (leg UUID %s, held by no leg of the volume) "
+                "given to a new leg: that leg, if it comes back, is "
+                "rebuilt fully", s, uuid);
+  return s;
+}
+
+/* Why no slot is free (see slots.h). */
+void
+slots_explain_none (struct volume *v, char *buf, size_t len)
+{
+  const struct leg *u;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+
+  assert (change_lock_taken (v));
+  u = unreached_leg (v);
+  if (u == NULL)
+    snprintf (buf, len, "no free metadata slot (max-legs=%u, fixed when "
+              "the volume was created): remove a leg first",
+              v->cfg.max_legs);
+  else
+    snprintf (buf, len, "no free metadata slot (max-legs=%u, fixed when "
+              "the volume was created), and leg %u has not been reached "
+              "since the controller started: it may own the slot of a leg "
+              "gone for good (wait until it is reached, or nbdrep remove "
+              "it)", v->cfg.max_legs, u->index);
+}

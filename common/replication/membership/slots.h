@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Metadata slots for new members: which slot a leg that owns none may
+ * get once none is free.  See slots.c.
+ */
+
+#ifndef REPLICATE_SLOTS_H
+#define REPLICATE_SLOTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "internal.h"
+
+/* Is slot s orphaned: assigned, neither a member nor the tracker's,
+ * and held by no leg of the volume but except (may be NULL)?
+ * change_lock and v->lock held.
+ */
+extern bool slots_orphaned (struct volume *v, int s, const struct leg *except);
+
+/* The orphaned slot a new member may be given, or -1 (none, or a leg
+ * not reached yet may own one).  change_lock held.
+ */
+extern int slots_find_orphan (struct volume *v);
+
+/* Give the orphaned slot slots_find_orphan names to a new member: it
+ * leaves the absent slots and is cleared.  Returns it, or -1.
+ * change_lock held.
+ */
+extern int slots_recycle_orphan (struct volume *v);
+
+/* Clear slot s, its entry and its bitmap (its absent bit cleared by the
+ * caller already); the next generation bump records it.  change_lock
+ * held.
+ */
+extern void slots_clear (struct volume *v, int s);
+
+/* Say in buf why no slot is free for a new member (max-legs, and a leg
+ * not reached yet that keeps an orphaned slot from being given).
+ * change_lock held.
+ */
+extern void slots_explain_none (struct volume *v, char *buf, size_t len);
+
+#endif /* REPLICATE_SLOTS_H */
