@@ -11,8 +11,8 @@
  *
  * Removing: refused if it would leave no uptodate leg or fewer than
  * quorum.  The leg's resync (if any) is stopped, it leaves the
- * membership, its metadata slot is freed and the generation bumped so
- * the survivors record it.  Its own metadata is left alone: if it comes
+ * membership, its metadata slot (if known: see below) is freed and the
+ * generation bumped so the survivors record it.  Its own metadata is left alone: if it comes
  * back (on a command line, or with add) it joins as a new member.  An
  * asynchronous leg's sender and poller stop, and its queue's ring is
  * let go (async_retire).
@@ -25,6 +25,8 @@
  * add of the same URI frees the slot its superblock claims, if no
  * present leg holds it, as the removal would have, and judges it again
  * as a new member (slot_of_removed).  Only in memory, for this run.
+ * Not added back, such a slot goes to a new leg once none is free
+ * (slots.c).
  *
  * Neither is remembered across a restart: the controller's command line
  * is the configuration (put the leg on it, or take it off).
@@ -183,7 +185,7 @@ slot_of_removed (struct volume *v, struct leg *l)
 /* -D replicate.add_pause=MS: nbdrep add waits MS milliseconds once the
  * leg is judged, before nr_legs counts it: the window in which the slot
  * it owns is held through v->adding alone.  For tests only
- * (test-meta-slot-recycle.sh).
+ * (test-meta-slot-adding.sh).
  */
 int replicate_debug_add_pause = 0;          /* exported by the .syms */
 
