@@ -103,6 +103,53 @@ with open('$2', 'r+b') as f:
 "
 }
 
+# lose_sync_site CTL EXPECTED ROUNDS: the first steps of a failover to
+# an asynchronous leg (DESIGN.md section 14), replicas 0, 1 and 2
+# started and no controller c running.  Legs 0 and 1 synchronous, leg 2
+# asynchronous:
+#   1. 1 MiB written at 0 (EXPECTED, created here, gets it) until leg 2
+#      holds it; clean stop.
+#   2. The synchronous site runs on without leg 2 (its server stopped):
+#      it takes write D (4 MiB at 4 MiB, not in EXPECTED: a promoted
+#      leg 2 never has it) and ROUNDS failures and resyncs of leg 1
+#      (more generations; site_gen: the last).  Then it is lost: the
+#      controller and replicas 0 and 1 stopped, their images copied to
+#      r0.before and r1.before.
+lose_sync_site ()
+{
+  local ctl=$1 expected=$2 rounds=$3 k M=$(( 1024 * 1024 ))
+  start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" async="$r2_uri" \
+    control="$ctl"
+  wait_volume_state 30 "$ctl" healthy
+  wait_until 60 status_check "$ctl" \
+    'leg(2)["async"]["state"] == "replicating"'
+  new_expected "$expected" "$c_uri"
+  write_random "$c_uri" "$expected" 0 "$M"
+  wait_until 60 status_check "$ctl" 'leg(2)["async"]["lag_bytes"] == 0'
+  stop_controller c
+
+  stop_replica 2
+  start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" async="$r2_uri" \
+    control="$ctl"
+  wait_volume_state 30 "$ctl" healthy
+  "$NBDSH" -u "$c_uri" -c "
+import os
+h.pwrite(os.urandom($M), 4 * $M)
+h.flush()
+"
+  for (( k = 0; k < rounds; ++k )); do
+    "$NBDREP" fail "$ctl" 1
+    "$NBDREP" resync "$ctl" 1
+    wait_leg_state 60 "$ctl" 1 uptodate
+  done
+  site_gen=$(nbdrep_status_get "$ctl" "s['volume']['generation']")
+  stop_controller c
+  stop_replica 0
+  stop_replica 1
+  cp "$tmpdir/r0.img" "$tmpdir/r0.before"
+  cp "$tmpdir/r1.img" "$tmpdir/r1.before"
+}
+
 # landed_in_order FILE LEN LATER_OFF LATER_BYTE EARLIER_OFF EARLIER_BYTE
 # [TIMEOUT]: wait (default 20 s) until the image FILE holds LEN bytes
 # LATER_BYTE at LATER_OFF (a later write), then tell whether it holds

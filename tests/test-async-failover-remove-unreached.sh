@@ -43,38 +43,8 @@ refused+='leg(%d)["state"] == "failed"'
 start_replica 0 32M
 start_replica 1 32M
 start_replica 2 32M
-start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" async="$r2_uri" \
-  control="$ctl"
-wait_volume_state 30 "$ctl" healthy
-wait_until 60 status_check "$ctl" 'leg(2)["async"]["state"] == "replicating"'
-new_expected "$expected" "$c_uri"
-
-# 1.
-write_random "$c_uri" "$expected" 0 "$M"
-wait_until 60 status_check "$ctl" 'leg(2)["async"]["lag_bytes"] == 0'
-stop_controller c
-
-# 2.  D goes to the synchronous legs only, not into $expected: the
-# promoted volume never had it.
-stop_replica 2
-start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" async="$r2_uri" \
-  control="$ctl"
-wait_volume_state 30 "$ctl" healthy
-"$NBDSH" -u "$c_uri" -c "
-import os
-h.pwrite(os.urandom($M), 4 * $M)
-h.flush()
-"
-for k in 1 2; do
-  "$NBDREP" fail "$ctl" 1
-  "$NBDREP" resync "$ctl" 1
-  wait_leg_state 60 "$ctl" 1 uptodate
-done
-stop_controller c
-stop_replica 0
-stop_replica 1
-cp "$tmpdir/r0.img" "$tmpdir/r0.before"
-cp "$tmpdir/r1.img" "$tmpdir/r1.before"
+# 1. and 2.
+lose_sync_site "$ctl" "$expected" 2
 
 # 3.
 restart_replica 2
