@@ -13,7 +13,7 @@
  *
  * With metadata=internal (section 6 of DESIGN.md): read every reachable
  * leg's superblock, waiting up to wait= for the others as long as the
- * election asks for them; then either create a new volume or take the
+ * election asks for them (start-reach.c); then either create a new volume or take the
  * winners' superblock as the volume's, recover from a crash (copy the
  * union of the winners' activity logs from one winner to the others and
  * OR it into every absent slot's bitmap), write the absent bitmaps,
@@ -21,13 +21,13 @@
  * before the empty log says nothing needs recovering: FUA covers only
  * the log itself), write an empty log, and bump the generation.  The
  * stale legs' activity-log seqs are read too, so the logs they get
- * later are newer than those of their earlier life.  With metadata=none every leg
- * must answer; leg 0 is the source and the others are rebuilt fully.
+ * later are newer than those of their earlier life.  With
+ * metadata=none every leg must answer; leg 0 is the source and the
+ * others are rebuilt fully.
  */
 
 #include <config.h>
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +37,6 @@
 #include "internal.h"
 #include "caps.h"
 #include "state.h"
-#include "drain.h"
 #include "poller.h"
 #include "leg.h"
 #include "ioreq.h"
@@ -46,260 +45,9 @@
 #include "metaio.h"
 #include "copy.h"
 #include "al.h"
-#include "async.h"
 #include "random.h"
+#include "start-reach.h"
 #include "cleanup.h"
-
-/* A leg is not opened while its server has connections whose client
- * has gone (drain.c): say why in its last_error, logging it once.
- */
-static void
-say_orphans (struct leg *l, int orphans)
-{
-  char name[160];
-  bool first = !l->orphans_said;
-
-  drain_say_orphans (l->last_error, sizeof l->last_error, orphans);
-  l->orphans_said = true;
-  if (first)
-    nbdkit_debug ("%s: %s", leg_name (l, name, sizeof name), l->last_error);
-}
-
-/* Try once to open every leg that is not open yet, and start the
- * pollers of those that open.  Records why a leg did not open, and
- * whether it refused.  Returns -1 after nbdkit_error if one refused (a
- * TLS setup that cannot work): waiting for it is pointless, and
- * starting without it would hide a configuration error.
- */
-static int
-open_some_legs (struct volume *v)
-{
-  char err[256], name[160];
-  size_t i;
-
-  for (i = 0; i < v->nr_legs; ++i) {
-    struct leg *l = &v->legs[i];
-    int orphans;
-
-    if (atomic_load (&l->open))
-      continue;
-    if ((orphans = drain_orphans (l)) > 0) {
-      say_orphans (l, orphans);
-      continue;
-    }
-    if (leg_open (l, 0, &l->refused, err, sizeof err) == -1) {
-      snprintf (l->last_error, sizeof l->last_error, "%s", err);
-      if (l->refused) {
-        nbdkit_error ("cannot start the volume: %s refused: %s",
-                      leg_name (l, name, sizeof name), err);
-        return -1;
-      }
-      continue;
-    }
-    if ((orphans = drain_tcp_orphans (l)) > 0) {
-      leg_close (l);
-      say_orphans (l, orphans);
-      continue;
-    }
-    l->last_error[0] = '\0';
-    if (leg_attach (l) == -1)
-      leg_close (l);
-  }
-  return 0;
-}
-
-/* Legs that are open. */
-static uint16_t
-open_legs (struct volume *v)
-{
-  uint16_t m = 0;
-  size_t i;
-
-  for (i = 0; i < v->nr_legs; ++i)
-    if (atomic_load (&v->legs[i].open))
-      m |= 1u << i;
-  return m;
-}
-
-/* Describe the legs in a mask that did not open, for an error. */
-static void
-name_unreachable (struct volume *v, uint16_t missing, char *buf, size_t len)
-{
-  size_t i, used = 0;
-  char name[160];
-
-  buf[0] = '\0';
-  for (i = 0; i < v->nr_legs && used < len; ++i)
-    if (missing & (1u << i))
-      used += (size_t) snprintf (buf + used, len - used, "%s%s: %s",
-                                 used ? "; " : "",
-                                 leg_name (&v->legs[i], name, sizeof name),
-                                 v->legs[i].last_error);
-}
-
-/* Name every leg ("leg 0 (URI), leg 1 (URI)"), for errors. */
-static void
-name_legs (struct volume *v, char *buf, size_t len)
-{
-  size_t i, used = 0;
-  char name[160];
-
-  buf[0] = '\0';
-  for (i = 0; i < v->nr_legs && used < len; ++i)
-    used += (size_t) snprintf (buf + used, len - used, "%s%s",
-                               i ? ", " : "",
-                               leg_name (&v->legs[i], name, sizeof name));
-}
-
-/* Sleep a little between attempts to reach missing legs. */
-static void
-short_sleep (void)
-{
-  nanosleep (&(struct timespec) { .tv_nsec = 250000000 }, NULL);
-}
-
-/* Does a leg read as zeroes over its whole size (by block status)? */
-static int
-all_zero_cb (void *opaque, uint64_t offset UNUSED, uint64_t length UNUSED,
-             uint32_t type)
-{
-  bool *zero = opaque;
-
-  if (!(type & (ENGINE_EXTENT_ZERO | ENGINE_EXTENT_HOLE)))
-    *zero = false;
-  return 0;
-}
-
-/* Does leg l read as zeroes over its whole size? */
-static bool
-reads_as_zero (struct leg *l)
-{
-  uint64_t off = 0, step = 1024 * 1024 * 1024;
-  bool zero = true;
-
-  if (!l->caps.can_extents)
-    return false;
-  while (off < l->caps.size && zero) {
-    uint64_t n = l->caps.size - off < step ? l->caps.size - off : step;
-    struct leg_cmd cmd = {
-      .op = OP_EXTENTS, .offset = off, .count = (uint32_t) n,
-      .fn = all_zero_cb, .fn_opaque = &zero,
-    };
-    if (ioreq_sync_io (l, &cmd) != 0)
-      return false;
-    off += n;
-  }
-  return zero;
-}
-
-/* Fill in the election's view of leg i (once it is open).  A leg that
- * cannot be read is closed again (it counts as unreachable).
- */
-static void
-examine_leg (struct volume *v, size_t i, struct elect_leg *el)
-{
-  struct leg *l = &v->legs[i];
-  char err[256], name[160];
-
-  leg_name (l, name, sizeof name);
-  if (metaio_read_sb (l, &el->sb, &el->status, err, sizeof err) == -1) {
-    nbdkit_error ("%s: %s", name, err);
-    snprintf (l->last_error, sizeof l->last_error, "%s", err);
-    leg_close (l);
-    return;
-  }
-  el->reachable = true;
-  l->sb_read = true;            /* reached: see slots.c */
-  if (el->status == META_CORRUPT)
-    nbdkit_error ("%s: %s", name, err);
-  if (el->status != META_OK)
-    el->all_zero = reads_as_zero (l);
-}
-
-/* A failover: the asynchronous leg prefer= and force=true named is
- * synchronous from now on (DESIGN.md section 14).  Say how far behind
- * it is: its superblock's mtime is its recovery point, the time of the
- * newest write it held flushed when it was last written (async-sender.c).
- * Say too what becomes of the synchronous legs that come back while
- * this controller runs: their generation is not in its history, so the
- * monitor refuses them (monitor.c, judge_sb_locked) and never writes to
- * them, since they may hold the only copy of writes newer than the
- * recovery point; the operator rebuilds them.
- */
-static int
-promote (struct volume *v, struct leg *l, const struct superblock *sb)
-{
-  char name[160];
-  time_t rpo = (time_t) sb->mtime;
-  char when[64] = "an unknown time";
-  struct tm tm;
-
-  if (rpo > 0 && gmtime_r (&rpo, &tm))
-    strftime (when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
-  nbdkit_error ("failover: %s, an asynchronous leg, is promoted "
-                "(prefer=%u force=true): the volume is served as it holds "
-                "it, every write up to %s (%.0f s before this start) and "
-                "possibly some later ones; a synchronous leg that comes "
-                "back while this controller runs is refused as a split "
-                "brain and left as it is (it may hold later writes): to "
-                "rebuild one from this leg, nbdrep remove it and nbdrep "
-                "add its URI, or restart with prefer=%u force=true once "
-                "it is reachable",
-                leg_name (l, name, sizeof name), l->index, when,
-                rpo > 0 ? difftime (time (NULL), rpo) : 0.0, l->index);
-  return async_promote_leg (v, l);
-}
-
-/* Open legs and elect, waiting up to wait= while the election asks for
- * more legs.  Returns 0 with the result, or -1 after nbdkit_error.
- */
-static int
-open_and_elect (struct volume *v, struct elect_input *in,
-                struct elect_result *res)
-{
-  uint64_t deadline = now_ns () + (uint64_t) (v->cfg.wait * 1e9);
-  uint16_t seen = 0;
-  size_t i;
-
-  memset (in, 0, sizeof *in);
-  in->nr_legs = v->nr_legs;
-  in->init = v->cfg.init;
-  in->force = v->cfg.force;
-  in->prefer = v->cfg.prefer;
-  in->async = atomic_load (&v->async_mask);
-  for (;;) {
-    uint16_t now_open;
-
-    if (open_some_legs (v) == -1)
-      return -1;
-    now_open = open_legs (v);
-    for (i = 0; i < v->nr_legs; ++i)
-      if ((now_open & ~seen) & (1u << i))
-        examine_leg (v, i, &in->legs[i]);
-    seen = now_open;
-    in->final = now_ns () >= deadline;
-    elect (in, res);
-    if (res->outcome != ELECT_WAIT)
-      break;
-    short_sleep ();
-  }
-  if (res->outcome == ELECT_REFUSE) {
-    char why[1024], legend[1024];
-    name_unreachable (v, (uint16_t) ~seen & ((1u << v->nr_legs) - 1),
-                      why, sizeof why);
-    name_legs (v, legend, sizeof legend);
-    nbdkit_error ("cannot start the volume: %s%s%s.  The legs: %s",
-                  res->message, why[0] ? ".  Unreachable: " : "", why,
-                  legend);
-    return -1;
-  }
-  if (res->message[0])
-    nbdkit_debug ("election: %s", res->message);
-  if (res->promoted >= 0 &&
-      promote (v, &v->legs[res->promoted], &in->legs[res->promoted].sb) == -1)
-    return -1;
-  return 0;
-}
 
 /* Check every open leg is large enough for size bytes of data plus the
  * metadata.  Returns 0 or -1 naming the leg.
@@ -763,7 +511,7 @@ start_with_metadata (struct volume *v)
   struct elect_result res;
   uint16_t winners, absent = 0;
 
-  if (open_and_elect (v, &in, &res) == -1)
+  if (start_open_and_elect (v, &in, &res) == -1)
     return -1;
   winners = apply_roles (v, &res);
   if (res.outcome == ELECT_CREATE) {
@@ -805,24 +553,10 @@ start_with_metadata (struct volume *v)
 static int
 start_without_metadata (struct volume *v)
 {
-  uint64_t deadline = now_ns () + (uint64_t) (v->cfg.wait * 1e9);
-  uint16_t all = (uint16_t) ((1u << v->nr_legs) - 1);
   size_t i;
 
-  for (;;) {
-    if (open_some_legs (v) == -1)
-      return -1;
-    if (open_legs (v) == all || now_ns () >= deadline)
-      break;
-    short_sleep ();
-  }
-  if (open_legs (v) != all) {
-    char why[1024];
-    name_unreachable (v, all & ~open_legs (v), why, sizeof why);
-    nbdkit_error ("cannot start the volume: unreachable after %gs: %s",
-                  v->cfg.wait, why);
+  if (start_open_all (v) == -1)
     return -1;
-  }
   v->size = smallest_leg (v)->caps.size & ~(uint64_t) 4095;
   for (i = 0; i < v->nr_legs; ++i) {
     v->legs[i].slot = (int) i;
