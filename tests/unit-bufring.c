@@ -118,6 +118,9 @@ run_script (const struct script *s)
             s->name, i, r.used, st->used);
   }
   bufring_destroy (&r);
+  CHECKF (bufring_take (&r, A) == NULL && r.used == 0,
+          "%s: a destroyed ring has no room", s->name);
+  bufring_destroy (&r);                 /* a second destroy is harmless */
 }
 
 #define LIVE 64
