@@ -52,53 +52,6 @@ new_expected "$tmpdir/expected" "$c_uri"
 write_random "$c_uri" "$tmpdir/expected" 0 $(( 8 * MiB ))
 wait_until 30 status_check "$ctl" "s['volume']['activity_log']['hot'] == 0"
 
-# session_open: a control connection as a coprocess (SESSION).
-session_open ()
-{
-  coproc SESSION { python3 "$abs_top_srcdir/tests/control-session.py" "$ctl"; }
-}
-
-# session_ask JSON: send a request on the session, print the reply.
-session_ask ()
-{
-  local reply
-  echo "$1" >&"${SESSION[1]}"
-  read -r reply <&"${SESSION[0]}"
-  echo "$reply"
-}
-
-# session_close: close the session (the controller sees the client go).
-session_close ()
-{
-  local pid=$SESSION_PID
-  exec {SESSION[1]}>&-
-  wait "$pid"
-}
-
-# ask_once JSON: a request on a connection of its own; print the reply.
-ask_once ()
-{
-  python3 "$abs_top_srcdir/tests/control-session.py" "$ctl" <<<"$1"
-}
-
-# reply_check REPLY EXPR: the Python expression EXPR on r = the reply.
-reply_check ()
-{
-  python3 -c '
-import json, sys
-r = json.loads(sys.argv[1])
-if not eval("(" + sys.argv[2] + ")"):
-    sys.exit("reply check failed: %s\n%s" % (sys.argv[2], sys.argv[1]))
-' "$1" "$2"
-}
-
-# reply_get REPLY KEY: print one field of a reply.
-reply_get ()
-{
-  python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' \
-    "$1" "$2"
-}
-
 # oracle LEGS...: the data areas of the legs equal what was written.
 oracle ()
 {

@@ -299,6 +299,11 @@ struct volume {
    */
   _Atomic uint16_t bm_gen_pending;
   struct gen bm_gen_recorded[MAX_LEGS];
+  /* Slots the bump under way records as free, while in memory they
+   * stay assigned and tracked until it is recorded (change_lock;
+   * slots.c, slots_release).
+   */
+  uint16_t slots_releasing;
 
   struct rangelock *rl;
   struct al *al;                /* NULL when metadata=none */

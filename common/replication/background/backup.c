@@ -63,6 +63,7 @@
 #include "backup.h"
 #include "metaio.h"
 #include "random.h"
+#include "slots.h"
 #include "cleanup.h"
 
 _Static_assert (sizeof ((struct volume *) 0)->backup_lapsed ==
@@ -472,23 +473,20 @@ backup_abandon (struct volume *v, const void *owner)
   }
 }
 
-/* Give the tracker's slot away (see backup.h). */
+/* Give the tracker's slot away (see backup.h): recorded free before
+ * writes stop marking its bitmap (slots_release), or a crash would
+ * leave the tracker, and its base, to a next backup that misses them.
+ */
 int
 backup_yield_tracker_slot (struct volume *v)
 {
   int s = tracker_slot (v);
 
-  if (s < 0 || v->backup)
+  if (s < 0 || v->backup ||
+      slots_release (v, s, "the tracker's slot given to a new leg") == -1)
     return -1;
   nbdkit_debug ("backup: slot %d given to a new leg: the next backup reads "
                 "everything", s);
-  {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->bm_write_lock);
-    memset (&v->sb.slots[s], 0, sizeof v->sb.slots[s]);
-  }
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-  member_set_absent (v, MB_ABSENT (membership_load (v)) & ~(1u << s),
-                         "the tracker's slot given to a new leg");
   return s;
 }
 

@@ -136,50 +136,59 @@ removed_slot_unknown (struct volume *v, const char *uri)
 
 /* The slot l (being added, just examined) owns, if it is that of a leg
  * removed from the same URI before its slot was known (see the note at
- * the top) and no present leg holds it: taken out of the absent slots,
- * l no longer its holder.  Else -1.  change_lock held.
+ * the top) and no other leg holds it, else -1.  change_lock held.
  */
 static int
-take_slot_of_removed (struct volume *v, struct leg *l)
+slot_of_removed_leg (struct volume *v, struct leg *l)
 {
-  struct leg *r;
   int s = l->slot;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
 
-  r = removed_slot_unknown (v, l->uri);
-  if (r == NULL || s < 0 || !slots_orphaned (v, s, l))
+  if (s < 0 || removed_slot_unknown (v, l->uri) == NULL ||
+      !slots_orphaned (v, s, l))
     return -1;
-  r->slot_unknown = false;
-  l->slot = -1;
-  memset (l->uuid, 0, sizeof l->uuid);
-  member_set_absent (v, MB_ABSENT (membership_load (v)) & ~(1u << s),
-                     "the slot of a leg removed unexamined, added back");
   return s;
 }
 
+/* The slot of the removed leg of l's URI is free now: l owns none, and
+ * that removal is settled.  change_lock held.
+ */
+static void
+forget_slot_of_removed (struct volume *v, struct leg *l)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+
+  removed_slot_unknown (v, l->uri)->slot_unknown = false;
+  l->slot = -1;
+  memset (l->uuid, 0, sizeof l->uuid);
+}
+
 /* Free the slot of a removed leg that l, being added, owns (see the
- * note at the top), recording it with a bump.  Returns true if it did:
+ * note at the top; slots_release records it).  Returns true if it did:
  * l is to be examined again (as a new member now).
  */
 static bool
 slot_of_removed (struct volume *v, struct leg *l)
 {
+  bool freed = false;
   int s;
 
   member_change_begin (v);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
-    s = take_slot_of_removed (v, l);
-    if (s >= 0) {
-      slots_clear (v, s);
-      metaio_bump (v);
+    s = slot_of_removed_leg (v, l);
+    if (s >= 0 &&
+        slots_release (v, s, "the slot of a leg removed unexamined, "
+                       "added back") == 0) {
+      forget_slot_of_removed (v, l);
+      freed = true;
     }
   }
   member_change_end (v);
-  if (s >= 0)
+  if (freed)
     nbdkit_debug ("%s: slot %d, of the leg removed before it was reached, "
                   "freed: it joins as a new member", l->uri, s);
-  return s >= 0;
+  return freed;
 }
 
 /* -D replicate.add_pause=MS: nbdrep add waits MS milliseconds once the
@@ -344,10 +353,10 @@ stop_resync_of (struct volume *v, struct leg *l)
   }
 }
 
-/* Take the leg out of the membership and free its slot (change_lock
- * held).
+/* Take the leg out of the membership (change_lock held).  Returns the
+ * slot it held, to be freed, or -1 if none is known.
  */
-static void
+static int
 retire_leg (struct volume *v, struct leg *l)
 {
   int slot = l->slot;
@@ -359,8 +368,7 @@ retire_leg (struct volume *v, struct leg *l)
     l->slot = -1;               /* under v->lock, as status reads it */
     l->slot_unknown = slot < 0 && v->metadata;
   }
-  if (slot >= 0 && v->metadata)
-    slots_clear (v, slot);
+  return slot;
 }
 
 /* Remove a leg.  Returns 0, or -1 with the reason in err. */
@@ -369,6 +377,7 @@ admin_remove_leg (struct volume *v, unsigned index, char *err, size_t errlen)
 {
   struct leg *l = &v->legs[index];
   const char *why;
+  int slot;
   /* Not while the monitor connects or judges it. */
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->life_lock);
 
@@ -385,8 +394,10 @@ admin_remove_leg (struct volume *v, unsigned index, char *err, size_t errlen)
   member_change_begin (v);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
-    retire_leg (v, l);
-    if (v->metadata)
+    slot = retire_leg (v, l);
+    if (v->metadata && slot >= 0)
+      slots_release (v, slot, "its leg removed");
+    else if (v->metadata)
       metaio_bump (v);
   }
   member_change_end (v);

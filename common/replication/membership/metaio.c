@@ -299,10 +299,16 @@ sb_for_leg (struct volume *v, struct leg *l, struct superblock *sb)
   unsigned s;
 
   *sb = v->sb;
-  /* A deferred bm_gen is not recorded before its pages are written. */
-  for (s = 0; s < MAX_LEGS; ++s)
+  /* A deferred bm_gen is not recorded before its pages are written;
+   * a slot being released is recorded free before it stops being
+   * tracked (slots.c).
+   */
+  for (s = 0; s < MAX_LEGS; ++s) {
     if (pending & (1u << s))
       sb->slots[s].bm_gen = v->bm_gen_recorded[s];
+    if (v->slots_releasing & (1u << s))
+      memset (&sb->slots[s], 0, sizeof sb->slots[s]);
+  }
   memcpy (sb->leg_uuid, l->uuid, 16);
   sb->slot = (uint32_t) l->slot;
   sb->seq = l->sb_seq + 1;

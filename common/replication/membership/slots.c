@@ -23,9 +23,22 @@
  * holds the slot it owns like any leg.  Of several orphaned slots, the
  * one absent the longest goes (the lowest bm_gen counter).
  *
- * Lock order: change_lock (the slot table, sb_read) -> v->lock (the
- * legs' slots, v->adding) -> bm_write_lock (a slot's entry and bitmap,
- * as the cooler writes them).
+ * Freeing a slot (slots_release: a removal, the tracker's or an
+ * orphaned slot given away, a removed leg added back) is recorded
+ * before the slot stops being tracked: until a superblock on the
+ * uptodate legs says it is free, a crash leaves it its old owner's,
+ * who would come back judged by it (an incremental resync from its
+ * bitmap, or the tracker's changes for the next backup), so every
+ * write must still mark its bitmap, and the cooler write its pages,
+ * before it lets the activity log's extents go.  So the bump writes
+ * the slot as free (v->slots_releasing, metaio.c) while in memory it
+ * stays assigned and absent; only once that bump is recorded does it
+ * leave the absent slots, its entry and bitmap cleared
+ * (test-meta-slot-crash.sh).
+ *
+ * Lock order: change_lock (the slot table, sb_read, slots_releasing)
+ * -> v->lock (the legs' slots, v->adding) -> bm_write_lock (a slot's
+ * entry and bitmap, as the cooler writes them).
  */
 
 #include <config.h>
@@ -38,6 +51,7 @@
 
 #include "internal.h"
 #include "member.h"
+#include "metaio.h"
 #include "random.h"
 #include "slots.h"
 #include "cleanup.h"
@@ -113,15 +127,38 @@ slots_find_orphan (struct volume *v)
   return best;
 }
 
-/* Clear slot s (see slots.h). */
-void
-slots_clear (struct volume *v, int s)
+/* Clear slot s: its entry and its bitmap. */
+static void
+clear_slot (struct volume *v, int s)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->bm_write_lock);
 
   memset (&v->sb.slots[s], 0, sizeof v->sb.slots[s]);
   if (v->bitmaps[s])
     bitmap_clear_all (v->bitmaps[s]);
+}
+
+/* Free slot s for good (see the note and slots.h). */
+int
+slots_release (struct volume *v, int s, const char *why)
+{
+  uint16_t absent;
+  int r;
+
+  assert (change_lock_taken (v));
+  v->slots_releasing |= 1u << s;
+  r = metaio_bump (v);
+  v->slots_releasing &= ~(1u << s);
+  if (r == -1)
+    return -1;
+  {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    absent = MB_ABSENT (membership_load (v));
+    if (absent & (1u << s))
+      member_set_absent (v, absent & ~(1u << s), why);
+  }
+  clear_slot (v, s);
+  return 0;
 }
 
 /* Give an orphaned slot to a new member (see slots.h). */
@@ -134,12 +171,8 @@ slots_recycle_orphan (struct volume *v)
   if (s < 0)
     return -1;
   uuid_format (v->sb.slots[s].uuid, uuid);
-  {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-    member_set_absent (v, MB_ABSENT (membership_load (v)) & ~(1u << s),
-                       "an orphaned slot given to a new leg");
-  }
-  slots_clear (v, s);
+  if (slots_release (v, s, "an orphaned slot given to a new leg") == -1)
+    return -1;
   nbdkit_debug ("slot %d (leg UUID %s, held by no leg of the volume) "
                 "given to a new leg: that leg, if it comes back, is "
                 "rebuilt fully", s, uuid);

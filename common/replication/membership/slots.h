@@ -28,11 +28,12 @@ extern int slots_find_orphan (struct volume *v);
  */
 extern int slots_recycle_orphan (struct volume *v);
 
-/* Clear slot s, its entry and its bitmap (its absent bit cleared by the
- * caller already); the next generation bump records it.  change_lock
- * held.
+/* Free slot s for good: a generation bump records it free first, then
+ * it stops being absent and its entry and bitmap are cleared.  Returns
+ * 0, or -1 if the bump failed (no uptodate leg: the slot is kept).
+ * change_lock held.
  */
-extern void slots_clear (struct volume *v, int s);
+extern int slots_release (struct volume *v, int s, const char *why);
 
 /* Say in buf why no slot is free for a new member (max-legs, and a leg
  * not reached yet that keeps an orphaned slot from being given).
