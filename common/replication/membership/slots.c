@@ -195,7 +195,8 @@ slots_explain_none (struct volume *v, char *buf, size_t len)
   else
     snprintf (buf, len, "no free metadata slot (max-legs=%u, fixed when "
               "the volume was created), and leg %u has not been reached "
-              "since the controller started: it may own the slot of a leg "
-              "gone for good (wait until it is reached, or nbdrep remove "
-              "it)", v->cfg.max_legs, u->index);
+              "since the controller started, or was refused before its "
+              "superblock was read: it may own the slot of a leg gone for "
+              "good (wait until it is reached, or nbdrep remove it)",
+              v->cfg.max_legs, u->index);
 }
