@@ -98,6 +98,14 @@
 #define RPO_INTERVAL_NS 1000000000ULL   /* recovery point written at most
                                            once a second */
 
+/* -D replicate.sender_pause=MS: the sender waits MS milliseconds, once,
+ * at the end of the first round that leaves sent writes unflushed,
+ * before it looks for more work (or finds itself stopped): the window
+ * in which nbdrep remove may stop it holding them.  For tests only
+ * (test-async-remove-unflushed.sh).
+ */
+int replicate_debug_sender_pause = 0;       /* exported by the .syms */
+
 /* Take the queue's first entry.  aq->lock held. */
 static struct aentry *
 queue_pop_locked (struct async_leg *aq)
@@ -447,6 +455,22 @@ gather_locked (struct async_leg *aq)
   pthread_cond_timedwait (&aq->work, &aq->lock, &ts);
 }
 
+/* The pause of -D replicate.sender_pause, once.  aq->lock held,
+ * dropped across it.
+ */
+static void
+pause_once_locked (struct async_leg *aq)
+{
+  static atomic_bool paused;
+
+  if (replicate_debug_sender_pause <= 0 || atomic_exchange (&paused, true))
+    return;
+  pthread_mutex_unlock (&aq->lock);
+  debug_pause (replicate_debug_sender_pause, "sender",
+               "with sent writes unflushed", "sender_pause");
+  pthread_mutex_lock (&aq->lock);
+}
+
 /* The sender thread (see the design note). */
 static void *
 sender (void *arg)
@@ -510,6 +534,8 @@ sender (void *arg)
       sender_failed_locked (aq, batch, n, err);
     aq->busy = false;
     pthread_cond_broadcast (&aq->room);
+    if (aq->unflushed.head)
+      pause_once_locked (aq);
   }
   pthread_mutex_unlock (&aq->lock);
   return NULL;
@@ -530,12 +556,14 @@ async_start (struct async_leg *aq)
   return 0;
 }
 
-/* Wait up to timeout seconds for everything queued to be flushed (a
- * clean stop), then stop the sender.  What is left keeps its activity-
- * log extents hot: the next start resyncs them.
+/* Wait up to timeout seconds for everything queued to be flushed (not
+ * for a leg dropping already), then stop the sender.  What is left,
+ * queued or sent and unflushed, keeps its activity-log extents hot
+ * (a clean stop: the next start resyncs them), or with release lets
+ * them go (a removed leg: no slot to mark, nothing to resync).
  */
-void
-async_stop (struct async_leg *aq, double timeout)
+static void
+stop_sender (struct async_leg *aq, double timeout, bool release)
 {
   uint64_t deadline = now_ns () + (uint64_t) (timeout * 1e9);
   struct aentry *e, *queued, *unflushed;
@@ -555,17 +583,29 @@ async_stop (struct async_leg *aq, double timeout)
   pthread_mutex_unlock (&aq->lock);
   pthread_join (aq->thread, NULL);
   aq->running = false;
-  /* Not flushed: their extents stay hot (never released), so the log
-   * still names them when the engine stops.
-   */
   pthread_mutex_lock (&aq->lock);
   for (e = aq->queue.head; e; e = e->next)
     release_data_locked (aq, e);
   queued = queue_take_all_locked (aq);
   unflushed = alist_take (&aq->unflushed);
   pthread_mutex_unlock (&aq->lock);
+  if (release) {
+    drop_list (aq, queued);
+    drop_list (aq, unflushed);
+    return;
+  }
+  /* Not flushed: their extents stay hot (never released), so the log
+   * still names them when the engine stops.
+   */
   free_list (queued);
   free_list (unflushed);
+}
+
+/* Stop the sender at a clean stop (see stop_sender). */
+void
+async_stop (struct async_leg *aq, double timeout)
+{
+  stop_sender (aq, timeout, false);
 }
 
 /* Stop the sender of a leg that nbdrep remove took out and closed.
@@ -586,7 +626,12 @@ async_retire (struct async_leg *aq, double timeout)
     aq->flush_now = true;
   pthread_cond_broadcast (&aq->work);
   pthread_mutex_unlock (&aq->lock);
-  async_stop (aq, timeout);
+  /* A sender that finds itself stopped before it failed (a leg
+   * dropping already is not waited for) leaves what it holds to
+   * stop_sender, which lets the activity-log extents go
+   * (test-async-remove-unflushed.sh).
+   */
+  stop_sender (aq, timeout, true);
   pthread_mutex_lock (&aq->lock);
   assert (aq->ring.used == 0);
   bufring_destroy (&aq->ring);
