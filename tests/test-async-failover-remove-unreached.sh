@@ -20,9 +20,14 @@
 #      and 1 are unreachable throughout.
 #   4. Leg 0, never reached: nbdrep remove.  Write C.  Its server comes
 #      back: its image stays as it was.
-#   5. nbdrep add of its URI: rebuilt fully under a new index.  Leg 1,
-#      back now, is still refused as a split brain and left as it is.
-#   6. The controller restarted with the same command line: leg 1
+#   5. nbdrep add of its URI while leg 1 has not been reached either:
+#      refused (leg 1 may own the slot the storage at that URI claims:
+#      its own storage could be answering there), saying so; the image
+#      still as it was.
+#   6. Leg 1 back: refused as a split brain, reached.  nbdrep add of leg
+#      0's URI again: rebuilt fully under a new index.  Leg 1 left as
+#      it is.
+#   7. The controller restarted with the same command line: leg 1
 #      rebuilt; the oracle: A, B and C read back, every leg equal.
 
 source ./functions.sh
@@ -64,6 +69,14 @@ sleep 2
 cmp "$tmpdir/r0.img" "$tmpdir/r0.before"
 
 # 5.
+! "$NBDREP" add "$ctl" "$r0_uri" 2>"$tmpdir/add.err"
+cat "$tmpdir/add.err"
+grep -q 'split brain.*leg 1 has not been reached' "$tmpdir/add.err"
+cmp "$tmpdir/r0.img" "$tmpdir/r0.before"
+
+# 6.
+restart_replica 1
+wait_until 60 status_check "$ctl" "$(printf "$refused" 1 1 1)"
 if ! "$NBDREP" add "$ctl" "$r0_uri" 2>"$tmpdir/add.err"; then
   cat "$tmpdir/add.err"
   echo "$0: nbdrep add of a leg removed before it was ever reached failed"
@@ -73,12 +86,11 @@ grep 'slot [0-9]*, of the leg removed before it was reached, freed' \
   "$tmpdir/c.log"
 wait_until 60 status_check "$ctl" \
   'leg(3)["uri"] == "'"$r0_uri"'" and leg(3)["state"] == "uptodate"'
-restart_replica 1
-wait_until 60 status_check "$ctl" "$(printf "$refused" 1 1 1)"
+status_check "$ctl" "$(printf "$refused" 1 1 1)"
 cmp "$tmpdir/r1.img" "$tmpdir/r1.before"
 compare_legs "$expected" "$c_uri" "$r0_uri" "$r2_uri"
 
-# 6.
+# 7.
 stop_controller c
 start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" async="$r2_uri" \
   control="$ctl" prefer=2 force=true wait=2

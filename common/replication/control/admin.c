@@ -23,8 +23,10 @@
  * judged by that slot (a split brain after a failover).  The removal
  * is the operator's consent to rebuild the storage at that URI, so the
  * add of the same URI frees the slot its superblock claims, if no
- * present leg holds it, as the removal would have, and judges it again
- * as a new member (slot_of_removed).  Only in memory, for this run.
+ * present leg holds it and every leg of the volume has been reached
+ * (one that has not may own it: its storage could be what now answers
+ * at that URI), as the removal would have, and judges it again as a new
+ * member (slot_of_removed).  Only in memory, for this run.
  * Not added back, such a slot goes to a new leg once none is free
  * (slots.c).
  *
@@ -191,6 +193,29 @@ slot_of_removed (struct volume *v, struct leg *l)
   return freed;
 }
 
+/* An add refused (a split brain, say) while the slot l owns is that of
+ * a leg of its URI removed before it was reached, kept because a leg
+ * not reached yet may own it (slots.c): say so after the reason in err.
+ */
+static void
+explain_kept_slot (struct volume *v, const struct leg *l, char *err,
+                   size_t errlen)
+{
+  const struct leg *u;
+  size_t used = strlen (err);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+
+  if (l->slot < 0 || removed_slot_unknown (v, l->uri) == NULL ||
+      (u = slots_unreached_leg (v)) == NULL || used >= errlen)
+    return;
+  snprintf (err + used, errlen - used, " (a leg of this URI was removed "
+            "before it was reached, but its slot, %d, is kept: leg %u has "
+            "not been reached since the controller started and may own it; "
+            "wait until it is reached, or nbdrep remove it too)",
+            l->slot, u->index);
+}
+
 /* -D replicate.add_pause=MS: nbdrep add waits MS milliseconds once the
  * leg is judged, before nr_legs counts it: the window in which the slot
  * it owns is held through v->adding alone.  For tests only
@@ -251,6 +276,8 @@ admin_add_leg (struct volume *v, const char *uri, bool async, char *err,
     snprintf (why, sizeof why, "%s", err);
     snprintf (err, errlen, "%s: %s%s", uri,
               verdict == V_UNREACHABLE ? "cannot reach it: " : "", why);
+    if (verdict == V_REFUSE && v->metadata)
+      explain_kept_slot (v, l, err, errlen);
   }
   else if (v->metadata && l->slot < 0 && !free_slot_exists (v, err, errlen))
     verdict = V_REFUSE;

@@ -144,7 +144,7 @@ cmd_resync (struct volume *v, const struct ctlreq *r)
 static json_t *
 cmd_add_leg (struct volume *v, const struct ctlreq *r)
 {
-  char err[512];
+  char err[1024];
   int i = admin_add_leg (v, r->uri, r->async, err, sizeof err);
 
   if (i == -1)

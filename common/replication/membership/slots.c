@@ -82,11 +82,9 @@ slot_held (struct volume *v, int s, const struct leg *except)
   return v->adding && v->adding != except && v->adding->slot == s;
 }
 
-/* A leg of the volume not reached in this run (it may own any orphaned
- * slot), or NULL.  change_lock held.
- */
-static const struct leg *
-unreached_leg (struct volume *v)
+/* A leg of the volume not reached in this run (see slots.h). */
+const struct leg *
+slots_unreached_leg (struct volume *v)
 {
   size_t i;
 
@@ -105,8 +103,9 @@ slots_orphaned (struct volume *v, int s, const struct leg *except)
   uint32_t flags = v->sb.slots[s].flags;
 
   assert (member_lock_held (v));
+  assert (change_lock_taken (v));
   return (flags & SLOT_ASSIGNED) && !(flags & (SLOT_MEMBER | SLOT_TRACKER)) &&
-    !slot_held (v, s, except);
+    !slot_held (v, s, except) && slots_unreached_leg (v) == NULL;
 }
 
 /* The orphaned slot absent the longest, or -1 (see slots.h). */
@@ -117,8 +116,6 @@ slots_find_orphan (struct volume *v)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
 
   assert (change_lock_taken (v));
-  if (unreached_leg (v) != NULL)
-    return -1;
   for (s = 0; s < (int) v->cfg.max_legs; ++s)
     if (slots_orphaned (v, s, NULL) &&
         (best < 0 ||
@@ -187,7 +184,7 @@ slots_explain_none (struct volume *v, char *buf, size_t len)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
 
   assert (change_lock_taken (v));
-  u = unreached_leg (v);
+  u = slots_unreached_leg (v);
   if (u == NULL)
     snprintf (buf, len, "no free metadata slot (max-legs=%u, fixed when "
               "the volume was created): remove a leg first",

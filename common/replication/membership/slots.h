@@ -12,10 +12,16 @@
 #include "internal.h"
 
 /* Is slot s orphaned: assigned, neither a member nor the tracker's,
- * and held by no leg of the volume but except (may be NULL)?
- * change_lock and v->lock held.
+ * held by no leg of the volume but except (may be NULL), and every leg
+ * of the volume reached (one that is not may own it)?  change_lock and
+ * v->lock held.
  */
 extern bool slots_orphaned (struct volume *v, int s, const struct leg *except);
+
+/* A leg of the volume whose superblock has not been read in this run,
+ * or NULL.  change_lock held.
+ */
+extern const struct leg *slots_unreached_leg (struct volume *v);
 
 /* The orphaned slot a new member may be given, or -1 (none, or a leg
  * not reached yet may own one).  change_lock held.
