@@ -150,6 +150,34 @@ h.flush()
   cp "$tmpdir/r1.img" "$tmpdir/r1.before"
 }
 
+# fail_over_to_async CTL EXPECTED: after lose_sync_site, the failover:
+# replica 2 back, the controller started with prefer=2 force=true
+# (legs 0 and 1 unreachable), leg 2 promoted; 1 MiB written at 1 MiB
+# (B, into EXPECTED).
+fail_over_to_async ()
+{
+  local ctl=$1 expected=$2 M=$(( 1024 * 1024 ))
+  restart_replica 2
+  start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" async="$r2_uri" \
+    control="$ctl" prefer=2 force=true wait=2
+  grep 'failover: leg 2 .* is promoted' "$tmpdir/c.log"
+  write_random "$c_uri" "$expected" "$M" "$M"
+}
+
+# full_volume_of_three CTL EXPECTED: legs 0, 1 and 2 (replicas 0-2,
+# started) with max-legs=3, every slot taken; 1 MiB written at 0 (A,
+# into EXPECTED, created here); a clean stop.
+full_volume_of_three ()
+{
+  local ctl=$1 expected=$2
+  start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" "$r2_uri" \
+    control="$ctl" max-legs=3
+  wait_volume_state 30 "$ctl" healthy
+  new_expected "$expected" "$c_uri"
+  write_random "$c_uri" "$expected" 0 $(( 1024 * 1024 ))
+  stop_controller c
+}
+
 # landed_in_order FILE LEN LATER_OFF LATER_BYTE EARLIER_OFF EARLIER_BYTE
 # [TIMEOUT]: wait (default 20 s) until the image FILE holds LEN bytes
 # LATER_BYTE at LATER_OFF (a later write), then tell whether it holds

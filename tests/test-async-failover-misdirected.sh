@@ -27,7 +27,6 @@ requires_nbdinfo
 
 ctl=$tmpdir/c.ctl
 expected=$tmpdir/expected
-M=$(( 1024 * 1024 ))
 
 start_replica 0 32M
 start_replica 1 32M
@@ -37,11 +36,7 @@ start_replica 2 32M
 lose_sync_site "$ctl" "$expected" 1
 
 # 3.
-restart_replica 2
-start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" async="$r2_uri" \
-  control="$ctl" prefer=2 force=true wait=2
-grep 'failover: leg 2 .* is promoted' "$tmpdir/c.log"
-write_random "$c_uri" "$expected" "$M" "$M"
+fail_over_to_async "$ctl" "$expected"
 
 # 4.
 "$NBDREP" remove "$ctl" 0

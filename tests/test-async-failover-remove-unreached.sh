@@ -52,11 +52,7 @@ start_replica 2 32M
 lose_sync_site "$ctl" "$expected" 2
 
 # 3.
-restart_replica 2
-start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" async="$r2_uri" \
-  control="$ctl" prefer=2 force=true wait=2
-grep 'failover: leg 2 .* is promoted' "$tmpdir/c.log"
-write_random "$c_uri" "$expected" "$M" "$M"
+fail_over_to_async "$ctl" "$expected"
 status_check "$ctl" \
   'leg(0)["state"] == "failed" and leg(1)["state"] == "failed"'
 

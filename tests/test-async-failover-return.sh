@@ -50,12 +50,8 @@ start_replica 2 32M
 lose_sync_site "$ctl" "$expected" 3
 
 # 3.
-restart_replica 2
-start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" async="$r2_uri" \
-  control="$ctl" prefer=2 force=true wait=2
-grep 'failover: leg 2 .* is promoted' "$tmpdir/c.log"
+fail_over_to_async "$ctl" "$expected"
 grep 'refused as a split brain' "$tmpdir/c.log"
-write_random "$c_uri" "$expected" "$M" "$M"
 new_gen=$(nbdrep_status_get "$ctl" "s['volume']['generation']")
 # The old site's counter is the higher one: no election by counter may
 # pick it at step 6.

@@ -10,9 +10,9 @@
 # for the rest of the run (status: activity log N extents hot; a clean
 # stop: "could not be emptied").
 #   1. Legs 0 and 1, leg 2 asynchronous with a 1 MiB buffer; the sender
-#      is held 5 s after its first batch is answered, unflushed
+#      is held 10 s after its first batch is answered, unflushed
 #      (-D replicate.sender_pause).
-#   2. 600 writes of 4 KiB: the buffer fills, the leg pulls ahead.
+#   2. 400 writes of 4 KiB: the buffer fills, the leg pulls ahead.
 #   3. nbdrep remove 2 within the hold.  Once the hold is over the
 #      activity log cools to nothing; the oracle on legs 0 and 1; a
 #      clean stop leaves nothing to resync.
@@ -34,14 +34,14 @@ start_replica 1 32M
 start_replica 2 32M
 
 # 1.
-start_controller c -D replicate.sender_pause=5000 "$PLUGIN" "$r0_uri" \
+start_controller c -D replicate.sender_pause=10000 "$PLUGIN" "$r0_uri" \
   "$r1_uri" async="$r2_uri" async-buffer=1M control="$ctl"
 wait_volume_state 30 "$ctl" healthy
 wait_until 60 status_check "$ctl" 'leg(2)["async"]["state"] == "replicating"'
 new_expected "$expected" "$c_uri"
 
 # 2.
-write_random_blocks "$c_uri" "$expected" 1 600 4096 4096
+write_random_blocks "$c_uri" "$expected" 1 400 4096 4096
 grep 'sender: pausing' "$log"
 grep 'leg 2: syncing -> stale (asynchronous buffer full' "$log"
 

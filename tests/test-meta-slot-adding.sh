@@ -14,7 +14,7 @@
 #      legs 0, 1 and a blank leg 2' whose server is down; leg 2 is off
 #      the command line (its slot absent, marked by every write).
 #      Write C.
-#   3. nbdrep add of leg 2, held for 6 s once judged
+#   3. nbdrep add of leg 2, held for 12 s once judged
 #      (-D replicate.add_pause); meanwhile the blank leg's server comes
 #      back and the blank leg asks for a slot: there is none (the
 #      returning leg's is held), it stays failed.
@@ -40,16 +40,11 @@ start_replica 2 32M
 start_replica 3 32M
 
 # 1.
-start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" "$r2_uri" control="$ctl" \
-  max-legs=3
-wait_volume_state 30 "$ctl" healthy
-new_expected "$expected" "$c_uri"
-write_random "$c_uri" "$expected" 0 "$M"
-stop_controller c
+full_volume_of_three "$ctl" "$expected"
 
 # 2.
 stop_replica 3
-start_controller c -D replicate.add_pause=6000 "$PLUGIN" "$r0_uri" \
+start_controller c -D replicate.add_pause=12000 "$PLUGIN" "$r0_uri" \
   "$r1_uri" "$r3_uri" control="$ctl" force=true wait=2
 wait_until 30 status_check "$ctl" \
   'leg(0)["state"] == "uptodate" and leg(1)["state"] == "uptodate"'

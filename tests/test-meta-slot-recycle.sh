@@ -39,12 +39,7 @@ start_replica 2 32M
 start_replica 3 32M
 
 # 1.
-start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" "$r2_uri" control="$ctl" \
-  max-legs=3
-wait_volume_state 30 "$ctl" healthy
-new_expected "$expected" "$c_uri"
-write_random "$c_uri" "$expected" 0 "$M"
-stop_controller c
+full_volume_of_three "$ctl" "$expected"
 
 # 2.
 stop_replica 2
