@@ -364,6 +364,13 @@ give_up (struct resync *rs)
   }
 }
 
+/* Is any bit of the target's bitmap still set? */
+static bool
+bits_left (struct resync *rs)
+{
+  return bitmap_next_set (rs->bm, 0) < rs->bm->nr_bits;
+}
+
 /* The resync thread. */
 static void *
 resync_thread (void *arg)
@@ -388,7 +395,7 @@ resync_thread (void *arg)
                 rs->full ? "full" : "incremental",
                 atomic_load (&rs->total_bytes));
 
-  while (!resync_must_stop (rs) && bitmap_next_set (rs->bm, 0) < rs->bm->nr_bits) {
+  while (!resync_must_stop (rs) && bits_left (rs)) {
     if (rs->source == NULL || rs->source_failed) {
       if (resync_pick_source (rs) == -1) {
         nbdkit_debug ("%s: no source for the resync", name);
@@ -399,7 +406,7 @@ resync_thread (void *arg)
     if (rs->target_failed || resync_checkpoint (rs) == -1)
       break;
   }
-  if (!resync_must_stop (rs) && bitmap_next_set (rs->bm, 0) >= rs->bm->nr_bits &&
+  if (!resync_must_stop (rs) && !bits_left (rs) &&
       (rs->target->async ? finish_async (rs) : finish (rs)) == 0) {
     done = true;
     record_summary (rs);

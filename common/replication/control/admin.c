@@ -12,10 +12,10 @@
  * Removing: refused if it would leave no uptodate leg or fewer than
  * quorum.  The leg's resync (if any) is stopped, it leaves the
  * membership, its metadata slot (if known: see below) is freed and the
- * generation bumped so the survivors record it.  Its own metadata is left alone: if it comes
- * back (on a command line, or with add) it joins as a new member.  An
- * asynchronous leg's sender and poller stop, and its queue's ring is
- * let go (async_retire).
+ * generation bumped so the survivors record it.  Its own metadata is
+ * left alone: if it comes back (on a command line, or with add) it
+ * joins as a new member.  An asynchronous leg's sender and poller stop,
+ * and its queue's ring is let go (async_retire).
  *
  * A leg removed before its superblock was ever read (unreachable since
  * the controller started: after a failover, say) has no slot known to
@@ -136,31 +136,31 @@ removed_slot_unknown (struct volume *v, const char *uri)
   return NULL;
 }
 
-/* The slot l (being added, just examined) owns, if it is that of a leg
- * removed from the same URI before its slot was known (see the note at
- * the top) and no other leg holds it, else -1.  change_lock held.
+/* The leg removed from l's URI before its slot was known (see the note
+ * at the top), if the slot l (being added, just examined) owns is that
+ * leg's and no other leg holds it, else NULL.  change_lock held.
  */
-static int
-slot_of_removed_leg (struct volume *v, struct leg *l)
+static struct leg *
+removed_owner_of_slot (struct volume *v, struct leg *l)
 {
-  int s = l->slot;
+  struct leg *r;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
 
-  if (s < 0 || removed_slot_unknown (v, l->uri) == NULL ||
-      !slots_orphaned (v, s, l))
-    return -1;
-  return s;
+  if (l->slot < 0 || (r = removed_slot_unknown (v, l->uri)) == NULL ||
+      !slots_orphaned (v, l->slot, l))
+    return NULL;
+  return r;
 }
 
-/* The slot of the removed leg of l's URI is free now: l owns none, and
+/* The slot of r, removed from l's URI, is free now: l owns none, and
  * that removal is settled.  change_lock held.
  */
 static void
-forget_slot_of_removed (struct volume *v, struct leg *l)
+forget_slot_of_removed (struct volume *v, struct leg *r, struct leg *l)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
 
-  removed_slot_unknown (v, l->uri)->slot_unknown = false;
+  r->slot_unknown = false;
   l->slot = -1;
   memset (l->uuid, 0, sizeof l->uuid);
 }
@@ -173,16 +173,17 @@ static bool
 slot_of_removed (struct volume *v, struct leg *l)
 {
   bool freed = false;
-  int s;
+  struct leg *r;
+  int s = l->slot;
 
   member_change_begin (v);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
-    s = slot_of_removed_leg (v, l);
-    if (s >= 0 &&
+    r = removed_owner_of_slot (v, l);
+    if (r != NULL &&
         slots_release (v, s, "the slot of a leg removed unexamined, "
                        "added back") == 0) {
-      forget_slot_of_removed (v, l);
+      forget_slot_of_removed (v, r, l);
       freed = true;
     }
   }
