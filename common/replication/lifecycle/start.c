@@ -13,17 +13,17 @@
  *
  * With metadata=internal (section 6 of DESIGN.md): read every reachable
  * leg's superblock, waiting up to wait= for the others as long as the
- * election asks for them (start-reach.c); then either create a new volume or take the
- * winners' superblock as the volume's, recover from a crash (copy the
- * union of the winners' activity logs from one winner to the others and
- * OR it into every absent slot's bitmap), write the absent bitmaps,
- * flush every leg (init=zero's zeroes and recovery's copies are durable
- * before the empty log says nothing needs recovering: FUA covers only
- * the log itself), write an empty log, and bump the generation.  The
- * stale legs' activity-log seqs are read too, so the logs they get
- * later are newer than those of their earlier life.  With
- * metadata=none every leg must answer; leg 0 is the source and the
- * others are rebuilt fully.
+ * election asks for them (start-reach.c); then either create a new
+ * volume or take the winners' superblock as the volume's, recover from
+ * a crash (copy the union of the winners' activity logs from one winner
+ * to the others and OR it into every absent slot's bitmap), write the
+ * absent bitmaps, flush every leg (init=zero's zeroes and recovery's
+ * copies are durable before the empty log says nothing needs
+ * recovering: FUA covers only the log itself), write an empty log, and
+ * bump the generation.  The stale legs' activity-log seqs are read too,
+ * so the logs they get later are newer than those of their earlier
+ * life.  With metadata=none every leg must answer; leg 0 is the source
+ * and the others are rebuilt fully.
  */
 
 #include <config.h>

@@ -27,19 +27,19 @@
  * page could be encoded with it half written).  A page on disk under
  * another bm_gen than the one a superblock records reads as empty, so
  * while pages are being rewritten some of them read as empty whichever
- * of the two the superblock holds.  That is harmless only while the leg owning the
- * slot holds neither (it is then rebuilt fully at the next start:
- * election.c, rule 5), or while the activity log covers every bit the
- * old pages do not hold.  Hence the invariant: a superblock records a
- * slot's bm_gen G only if every page of the slot's bitmap was written
- * under G to every leg receiving writes, or the bits those pages lack
- * are all in the activity log.  A failing member's new bm_gen
- * (metaio_record_absent: its pages held no bits, what it misses from
- * now on is in the log until the pages are written) and start-up's
- * (pages written before the bump) are recorded at once.  A full
- * resync's target gets its new bm_gen only once its own superblock
- * holds that generation (marked inconsistent), and the change is
- * deferred (metaio_defer_bm_gen): until a bitmap write
+ * of the two the superblock holds.  That is harmless only while the
+ * leg owning the slot holds neither (it is then rebuilt fully at the
+ * next start: election.c, rule 5), or while the activity log covers
+ * every bit the old pages do not hold.  Hence the invariant: a
+ * superblock records a slot's bm_gen G only if every page of the slot's
+ * bitmap was written under G to every leg receiving writes, or the bits
+ * those pages lack are all in the activity log.  A failing member's new
+ * bm_gen (metaio_record_absent: its pages held no bits, what it misses
+ * from now on is in the log until the pages are written) and
+ * start-up's (pages written before the bump) are recorded at once.  A
+ * full resync's target gets its new bm_gen only once its own
+ * superblock holds that generation (marked inconsistent), and the
+ * change is deferred (metaio_defer_bm_gen): until a bitmap write
  * (metaio_persist_bitmaps) has written every page of the slot under
  * the new bm_gen to every leg receiving writes, every superblock
  * written, by whichever writer (a bump for another leg's failure, an
