@@ -63,6 +63,15 @@
 
 #define AL_INTERVAL 2           /* seconds between cooling passes */
 
+/* -D replicate.cool_pause=MS: a cooling pass with candidates waits MS
+ * milliseconds once the legs are flushed, before it writes the bitmap
+ * pages and lets the extents go: a pass under way while a slot is
+ * freed (slots.c), which must still write that slot's pages before
+ * its extents leave the log.  For tests only
+ * (test-meta-remove-crash.sh).
+ */
+int replicate_debug_cool_pause = 0;         /* exported by the .syms */
+
 struct al {
   struct volume *v;
   unsigned shift;               /* log2 (al_extent) */
@@ -571,10 +580,15 @@ al_cool (struct al *al)
     async_shed (v);
   async_cut_epochs (v);
   if (nr_cand > 0) {
-    if (judge_flush_legs (v, volume_sync_legs (v, MB_WRITING (membership_load (v))),
-                          &err) == -1 ||
-        metaio_persist_bitmaps (v) == -1)
+    uint16_t sync = volume_sync_legs (v, MB_WRITING (membership_load (v)));
+    if (judge_flush_legs (v, sync, &err) == -1)
       nr_cand = 0;              /* nothing is known to be durable */
+    else {
+      debug_pause (replicate_debug_cool_pause, "activity log cooling",
+                   "before writing the bitmap pages", "cool_pause");
+      if (metaio_persist_bitmaps (v) == -1)
+        nr_cand = 0;
+    }
   }
 
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&al->lock);

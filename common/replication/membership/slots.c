@@ -34,7 +34,11 @@
  * the slot as free (v->slots_releasing, metaio.c) while in memory it
  * stays assigned and absent; only once that bump is recorded does it
  * leave the absent slots, its entry and bitmap cleared
- * (test-meta-slot-crash.sh).
+ * (test-meta-slot-crash.sh).  A removed leg's slot leaves the absent
+ * slots when the leg is retired, before the bump: no write is
+ * acknowledged until the bump is recorded (member_change_begin), and
+ * the slot, still assigned, keeps its pages written by a cooling pass
+ * under way (test-meta-remove-crash.sh).
  *
  * Lock order: change_lock (the slot table, sb_read, slots_releasing)
  * -> v->lock (the legs' slots, v->adding) -> bm_write_lock (a slot's
