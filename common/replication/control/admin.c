@@ -423,8 +423,13 @@ admin_remove_leg (struct volume *v, unsigned index, char *err, size_t errlen)
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
     slot = retire_leg (v, l);
-    if (v->metadata && slot >= 0)
-      slots_release (v, slot, "its leg removed");
+    if (v->metadata && slot >= 0) {
+      if (slots_release (v, slot, "its leg removed") == -1)
+        nbdkit_error ("leg %u removed, but no leg could record it (none "
+                      "is uptodate): its slot %d stays its own on disk, "
+                      "absent, its bitmap marked by every write", index,
+                      slot);
+    }
     else if (v->metadata)
       metaio_bump (v);
   }

@@ -34,11 +34,13 @@
  * the slot as free (v->slots_releasing, metaio.c) while in memory it
  * stays assigned and absent; only once that bump is recorded does it
  * leave the absent slots, its entry and bitmap cleared
- * (test-meta-slot-crash.sh).  A removed leg's slot leaves the absent
- * slots when the leg is retired, before the bump: no write is
- * acknowledged until the bump is recorded (member_change_begin), and
- * the slot, still assigned, keeps its pages written by a cooling pass
- * under way (test-meta-remove-crash.sh).
+ * (test-meta-slot-crash.sh; a removal: test-meta-remove-crash.sh,
+ * whose leg is absent from its retirement, state.c).  If no leg can
+ * take that bump (none is uptodate: the volume has failed), the slot
+ * stays assigned and absent, its owner's on disk, an orphan that
+ * writes keep marking: the leg, back on the command line of a later
+ * start, is resynced from a bitmap that lacks nothing
+ * (test-safety-remove-unrecorded.sh).
  *
  * Lock order: change_lock (the slot table, sb_read, slots_releasing)
  * -> v->lock (the legs' slots, v->adding) -> bm_write_lock (a slot's

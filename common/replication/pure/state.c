@@ -103,10 +103,12 @@ state_membership (const enum leg_state *states, size_t nr_legs,
 /* The absent slots after a leg holding slot (-1: none) moves from one
  * state to another.  A leg that stops receiving writes makes its slot
  * absent (with metadata: its bitmap collects what it misses); one that
- * starts receiving them, or is removed (its slot is freed), takes it
- * out.  A move between failed and stale changes nothing: the slot is
- * absent or not as it was (a new member's slot is not absent until
- * its resync, whose bitmap is set in full, publishes it present).
+ * starts receiving them takes it out.  A move between failed and stale
+ * changes nothing: the slot is absent or not as it was (a new member's
+ * slot is not absent until its resync, whose bitmap is set in full,
+ * publishes it present).  Nor does a removal take the slot out: it
+ * stays the leg's on disk until a generation bump records it free,
+ * and that bump may find no leg to write (slots.c, slots_release).
  */
 uint16_t
 state_absent_after_move (uint16_t absent, enum leg_state from, enum leg_state to,
@@ -117,8 +119,7 @@ state_absent_after_move (uint16_t absent, enum leg_state from, enum leg_state to
   if (slot < 0 || slot >= MAX_LEGS)
     return absent;
   bit = (uint16_t) (1u << slot);
-  if (to == LEG_REMOVED ||
-      (state_writing (to) && !state_writing (from)))
+  if (state_writing (to) && !state_writing (from))
     return absent & ~bit;
   if (metadata && state_writing (from) && !state_writing (to))
     return absent | bit;
