@@ -2,9 +2,11 @@
 /* Verify: compare every uptodate leg, run by run, and optionally repair.
  *
  * A background thread walks the volume in runs of VERIFY_RUN bytes at
- * verify-rate.  Each run is read from every uptodate leg while the run's
- * chunk lock is held, so no client write lands between the reads (and
- * invariant 5 holds for the repair too).  Runs are compared 4 KiB block
+ * verify-rate.  Each run is read from every leg uptodate while the
+ * run's chunk lock is held (looked up under it: a leg a backup holds
+ * out still answers reads, test-safety-verify-held.sh), so no client
+ * write lands between the reads and none was missed by a leg compared
+ * (invariant 5 holds for the repair too).  Runs are compared 4 KiB block
  * by block: the content most legs agree on, if more than half of them
  * do, is the reference and the other legs are the minority; a hole and
  * written zeroes compare equal because both read as zeroes.  Mismatching
@@ -35,6 +37,14 @@
 #include "io.h"
 #include "verify.h"
 #include "cleanup.h"
+
+/* -D replicate.verify_pause=MS: a verify waits MS milliseconds before
+ * taking the lock of its first run, the window in which a leg may stop
+ * being uptodate (a backup holding it out keeps its connections open)
+ * and a client write to the run may miss it.  For tests only
+ * (test-safety-verify-held.sh).
+ */
+int replicate_debug_verify_pause = 0;       /* exported by the .syms */
 
 #define VERIFY_RUN (1024 * 1024)
 #define VERIFY_BLOCK 4096
@@ -256,17 +266,29 @@ static int
 verify_run (struct verify *vf, uint64_t offset, uint32_t len)
 {
   struct volume *v = vf->v;
-  uint16_t legs = MB_UPTODATE (membership_load (v)), failed;
+  uint16_t legs, failed;
   struct range_hold hold;
   unsigned i, epochs[MAX_LEGS];
   int r = 0;
 
-  if (__builtin_popcount (legs) < 2) {
-    end_with (vf, V_FAILED, "fewer than two uptodate legs to compare");
-    return -1;
-  }
+  if (offset == 0)
+    debug_pause (replicate_debug_verify_pause, "verify",
+                 "before locking its first run", "verify_pause");
   if (rangelock_lock (v->rl, &hold, offset, len) == -1) {
     end_with (vf, V_FAILED, "out of memory");
+    return -1;
+  }
+  /* The legs to compare are those uptodate while the run's lock is
+   * held: a leg that stopped being uptodate before may have missed a
+   * write to the run, and still answer reads (a backup's held leg keeps
+   * its connections), so it must be neither compared nor a reference
+   * (invariant 5); one that stops now misses no write to the run, which
+   * waits for our lock.
+   */
+  legs = MB_UPTODATE (membership_load (v));
+  if (__builtin_popcount (legs) < 2) {
+    rangelock_unlock (v->rl, &hold);
+    end_with (vf, V_FAILED, "fewer than two uptodate legs to compare");
     return -1;
   }
   failed = read_all (vf, legs, offset, len, epochs);
