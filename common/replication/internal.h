@@ -208,6 +208,13 @@ struct leg {
                                never had (monitor.c), refused */
   bool inconsistent;        /* its superblock says inconsistent */
   uint64_t sb_seq, al_seq;
+  /* The seqs of the newest superblock and activity log written to this
+   * leg in this run and acknowledged (FUA): its disk, if it is the same
+   * one, holds them or newer; one holding older ones is an older copy
+   * of it (monitor.c, rolled_back).  0: nothing written yet.  Atomic:
+   * the monitor reads them with no lock the writers hold.
+   */
+  _Atomic uint64_t sb_acked, al_acked;
   uint8_t *sb_buf, *al_buf;
 
   struct leg_stats stats;

@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -113,6 +114,55 @@ judge_sb_locked (struct volume *v, struct leg *l, const struct superblock *sb,
   return V_REFUSE;
 }
 
+/* Is the disk now behind leg l an older copy of the one this run wrote
+ * to: does it hold an older superblock or activity log than the newest
+ * this run wrote to the leg and saw acknowledged (l->sb_acked,
+ * l->al_acked)?  A snapshot or backup restored, a replica's disk
+ * swapped: it has the leg's identity and generation, but not every
+ * write acknowledged since the copy was made, and neither the
+ * generation nor the slot's bitmap tells (no generation changes while
+ * writes go on, and the bitmap counts only from the leg's failure).
+ * Every write after the copy went to an extent that was either still
+ * hot when the leg failed (its bitmap got it) or was made hot, or
+ * cooled, by a later log commit that the copy lacks.  Across a restart
+ * nothing is remembered: see the man page.  Returns 1 (why says how),
+ * 0, or -1 if the log cannot be read (why says why).
+ */
+static int
+rolled_back (struct volume *v, struct leg *l, const struct superblock *sb,
+             char *why, size_t len)
+{
+  const uint64_t sb_acked = atomic_load (&l->sb_acked);
+  const uint64_t al_acked = atomic_load (&l->al_acked);
+  CLEANUP_FREE uint32_t *ext = NULL;
+  enum meta_status st;
+  uint64_t seq = 0;
+  uint32_t nr;
+
+  if (sb_acked > 0 && sb->seq < sb_acked) {
+    snprintf (why, len, "its superblock (seq %" PRIu64 ") is older than "
+              "the one this controller last wrote to it (seq %" PRIu64
+              "): an older copy of its disk", sb->seq, sb_acked);
+    return 1;
+  }
+  if (al_acked == 0 || v->layout.al_bytes == 0)
+    return 0;
+  ext = calloc (v->layout.al_extents, sizeof *ext);
+  if (ext == NULL) {
+    snprintf (why, len, "out of memory");
+    return -1;
+  }
+  if (metaio_read_al (l, ext, &nr, &seq, &st, why, len) == -1)
+    return -1;
+  if (st == META_OK && seq >= al_acked)
+    return 0;
+  snprintf (why, len, "its activity log (seq %" PRIu64 ") is older than "
+            "the one this controller last wrote to it (seq %" PRIu64
+            "): an older copy of its disk", st == META_OK ? seq : 0,
+            al_acked);
+  return 1;
+}
+
 /* Judge a reconnected leg by its superblock; why gets the reason for a
  * refusal.
  */
@@ -121,7 +171,9 @@ judge_returning_leg (struct volume *v, struct leg *l, char *why, size_t len)
 {
   struct superblock sb;
   enum meta_status st;
-  char a[37], b[37];
+  enum verdict verdict;
+  char a[37], b[37], old[256];
+  int older = 0;
 
   if (!v->metadata)
     return V_FULL;
@@ -132,6 +184,11 @@ judge_returning_leg (struct volume *v, struct leg *l, char *why, size_t len)
   }
   if (metaio_read_sb (l, &sb, &st, why, len) == -1)
     return V_UNREACHABLE;
+  if (st == META_OK &&
+      (older = rolled_back (v, l, &sb, old, sizeof old)) == -1) {
+    snprintf (why, len, "%s", old);
+    return V_UNREACHABLE;
+  }
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
   l->sb_read = true;            /* reached: see slots.c */
   if (st != META_OK)
@@ -145,7 +202,19 @@ judge_returning_leg (struct volume *v, struct leg *l, char *why, size_t len)
   }
   if (same_storage_as (v, l, sb.leg_uuid, why, len))
     return V_REFUSE;
-  return judge_sb_locked (v, l, &sb, why, len);
+  verdict = judge_sb_locked (v, l, &sb, why, len);
+  if (verdict == V_REFUSE)
+    return verdict;
+  if (older == 1 && verdict != V_FULL) {
+    char name[160];
+    nbdkit_error ("%s: %s: rebuilt fully", leg_name (l, name, sizeof name),
+                  old);
+    verdict = V_FULL;
+  }
+  /* Its disk holds these; what is written to it from now on is newer. */
+  atomic_store (&l->sb_acked, sb.seq);
+  atomic_store (&l->al_acked, 0);
+  return verdict;
 }
 
 /* Is a leg being brought back still failed?  The operator may have

@@ -305,6 +305,8 @@ write_log (struct al *al, uint16_t legs, uint32_t nr, int *errs,
     epochs[i] = r.epoch[i];
     if (errs[i] != 0)
       failed |= 1u << i;
+    else if (legs & (1u << i))
+      atomic_store (&v->legs[i].al_acked, v->legs[i].al_seq);
   }
   ioreq_destroy (&r);
   atomic_fetch_add (&al->commits, 1);

@@ -293,6 +293,8 @@ async_write_sb (struct async_leg *aq)
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
     if (l->sb_seq < seq)
       l->sb_seq = seq;
+    if (atomic_load (&l->sb_acked) < seq)
+      atomic_store (&l->sb_acked, seq);
   }
   return e;
 }

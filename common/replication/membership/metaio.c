@@ -375,7 +375,7 @@ metaio_write_sb (struct volume *v, uint16_t legs, int *errs)
     if (e != 0)
       failed |= 1u << i;
     else
-      v->legs[i].sb_seq++;
+      atomic_store (&v->legs[i].sb_acked, ++v->legs[i].sb_seq);
   }
   ioreq_destroy (&r);
   return failed;
