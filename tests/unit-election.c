@@ -191,7 +191,7 @@ static const struct row rows[] = {
     { SB (0, 7, ALL3), SB (1, 7, ALL3), SB (0, 7, ALL3) },
     .force = true, .prefer = PREFER (0), .final = true,
     .outcome = ELECT_REFUSE,
-    .has = { "leg 0 and leg 2 are the same leg (leg uuid "
+    .has = { "leg 0 and leg 2 carry the same leg identity (leg uuid "
              "1e900000-0000-0000-1e90-000000000000)" } },
   { "a blank leg next to a valid one joins its volume", 2,
     { ZERO, SB (0, 4, .members = 0x1) },
@@ -463,6 +463,15 @@ static const struct row rows[] = {
              "(quorum 1 needs 3)",
              "slot 2 (leg uuid 1e900000-0000-0002-",
              "unreachable: leg(s) 2.  Start anyway with force=true" } },
+  { "quorum 1, a member's URI answers blank: refused naming it", 3,
+    { SB (0, 7, ALL3), SB (1, 7, ALL3), ZERO },
+    .final = true,
+    .outcome = ELECT_REFUSE,
+    .has = { "only 2 of the 3 members of generation 7 are reachable",
+             "slot 2 (leg uuid 1e900000-0000-0002-",
+             "reached with no valid superblock (blank or damaged: the disk "
+             "behind its URI replaced?): leg(s) 2.  Start anyway" },
+    .lacks = { "unreachable: leg(s)" } },
   { "quorum 1, a member unreachable, final, force: starts", 3,
     { SB (0, 7, ALL3), SB (1, 7, ALL3), GONE },
     .force = true, .final = true,

@@ -61,8 +61,9 @@ same_storage_as (struct volume *v, struct leg *l, const uint8_t *uuid,
     struct leg *o = &v->legs[i];
     if (o != l && atomic_load (&o->state) != LEG_REMOVED &&
         !uuid_is_zero (o->uuid) && memcmp (o->uuid, uuid, 16) == 0) {
-      snprintf (why, len, "is the same storage as leg %zu (its superblock "
-                "carries that leg's UUID): never written to", i);
+      snprintf (why, len, "carries the identity of leg %zu (its superblock "
+                "has that leg's UUID: the same storage, or a copy of its "
+                "disk): never written to", i);
       return true;
     }
   }

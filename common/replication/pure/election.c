@@ -179,9 +179,10 @@ check_distinct_legs (const struct elect_input *in, struct elect_result *out)
       if (valid_any (in, i) && valid_any (in, j) &&
           memcmp (in->legs[i].sb.leg_uuid, in->legs[j].sb.leg_uuid, 16) == 0) {
         uuid_format (in->legs[i].sb.leg_uuid, u);
-        decide (out, ELECT_REFUSE, "leg %zu and leg %zu are the same leg "
-                "(leg uuid %s): one storage reached by two URIs counts "
-                "once; remove one of them", i, j, u);
+        decide (out, ELECT_REFUSE, "leg %zu and leg %zu carry the same "
+                "leg identity (leg uuid %s): one storage reached by two "
+                "URIs, or a copy of a leg's disk; remove one of them (a "
+                "copy: wipe it and add it as a new leg)", i, j, u);
         return -1;
       }
   return 0;
@@ -407,7 +408,7 @@ check_members (const struct elect_input *in, struct elect_result *out)
 {
   const struct superblock *r = &in->legs[out->reference].sb;
   unsigned members = 0, present = 0, need, q = r->quorum ? r->quorum : 1;
-  uint32_t unreachable = 0;
+  uint32_t unreachable = 0, unreadable = 0;
   char u[37];
   size_t i, s;
 
@@ -423,6 +424,8 @@ check_members (const struct elect_input *in, struct elect_result *out)
   for (i = 0; i < in->nr_legs; ++i)
     if (!in->legs[i].reachable && !is_async (in, i))
       unreachable |= 1u << i;
+    else if (!valid_any (in, i))
+      unreadable |= 1u << i;
   if (!in->final && unreachable) {
     decide (out, ELECT_WAIT, "waiting for legs: ");
     note_legs (out, unreachable);
@@ -448,6 +451,11 @@ check_members (const struct elect_input *in, struct elect_result *out)
   if (unreachable) {
     note (out, "; unreachable: leg(s) ");
     note_legs (out, unreachable);
+  }
+  if (unreadable) {
+    note (out, "; reached with no valid superblock (blank or damaged: "
+          "the disk behind its URI replaced?): leg(s) ");
+    note_legs (out, unreadable);
   }
   note (out, ".  Start anyway with force=true");
 }
