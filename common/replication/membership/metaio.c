@@ -273,8 +273,9 @@ metaio_load_bitmap (struct volume *v, unsigned slot, uint16_t legs)
 }
 
 /* Drop the generations of the history that are not older than the
- * superblock's own (an asynchronous leg holds an older generation than
- * the volume's, and a history runs strictly downwards from it).
+ * superblock's own (an asynchronous or inconsistent leg may hold an
+ * older generation than the volume's, and a history runs strictly
+ * downwards from it).
  */
 static void
 keep_older_history (struct superblock *sb)
@@ -314,16 +315,19 @@ sb_for_leg (struct volume *v, struct leg *l, struct superblock *sb)
   sb->seq = l->sb_seq + 1;
   sb->mtime = (uint64_t) time (NULL);
   sb->flags = l->inconsistent ? SB_INCONSISTENT : 0;
-  /* An asynchronous leg always holds the generation its slot's bitmap
-   * counts from (its bm_gen): never the volume's, which it may lag.
+  /* An inconsistent leg (a resync's target) holds its own generation,
+   * older than the volume's for an incremental resync, and so does an
+   * asynchronous leg (its slot's bm_gen: it may lag the volume).  The
+   * history written with it must run strictly downwards from it, or the
+   * decoder refuses the copy and the leg reads as its older, consistent
+   * superblock (test-safety-inconsistent-marker.sh).
    */
-  if (l->inconsistent || l->async)
+  if (l->inconsistent || l->async) {
     sb->gen = l->gen;
-  if (l->async) {
     keep_older_history (sb);
-    if (l->rpo_time)
-      sb->mtime = l->rpo_time;
   }
+  if (l->async && l->rpo_time)
+    sb->mtime = l->rpo_time;
 }
 
 /* Encode leg l's superblock, with the next seq, into buf (META_BLOCK
