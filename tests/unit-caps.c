@@ -99,6 +99,43 @@ run_case (const struct caps_case *c)
           min, pref, max);
 }
 
+/* caps_leg_fits and caps_request_max: a leg joining later must honour
+ * the block sizes the client was told.
+ */
+static void
+check_leg_fits (void)
+{
+  struct leg_caps a = { .can_zero = true }, b = a;
+  const struct leg_caps *p[1] = { &a };
+  struct caps_summary sum;
+  char why[256];
+
+  caps_combine (p, 1, &sum);                   /* told 1, 32 MiB */
+  CHECK (caps_request_max (&sum) == 32 * MIB);
+  CHECK (caps_leg_fits (&sum, &b, why, sizeof why));
+  b.min_block = 512;
+  CHECKF (!caps_leg_fits (&sum, &b, why, sizeof why), "min 512 fits");
+  CHECK (strstr (why, "minimum block size 512") != NULL);
+  b.min_block = 0;
+  b.max_block = 64 * MIB;
+  CHECK (caps_leg_fits (&sum, &b, why, sizeof why));
+  b.max_block = 16 * MIB;
+  CHECKF (!caps_leg_fits (&sum, &b, why, sizeof why), "max 16M fits");
+  CHECK (strstr (why, "maximum block size 16777216") != NULL);
+
+  a.min_block = 4096;
+  a.max_block = 65536;
+  caps_combine (p, 1, &sum);                   /* told 4096, 64 KiB */
+  CHECK (caps_request_max (&sum) == 65536);
+  b.min_block = 512;
+  b.max_block = 0;
+  CHECK (caps_leg_fits (&sum, &b, why, sizeof why));
+  b.max_block = 65536;
+  CHECK (caps_leg_fits (&sum, &b, why, sizeof why));
+  b.min_block = 8192;
+  CHECK (!caps_leg_fits (&sum, &b, why, sizeof why));
+}
+
 /* Run every row. */
 int
 main (void)
@@ -107,5 +144,6 @@ main (void)
 
   for (i = 0; i < sizeof cases / sizeof cases[0]; ++i)
     run_case (&cases[i]);
+  check_leg_fits ();
   return unit_exit ("unit-caps");
 }

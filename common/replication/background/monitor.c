@@ -361,6 +361,10 @@ monitor_examine_leg (struct volume *v, struct leg *l, char *err, size_t len)
     leg_close (l);
     return refused ? V_REFUSE : V_UNREACHABLE;
   }
+  if (!caps_leg_fits (&v->caps, &l->caps, err, len)) {
+    leg_close (l);
+    return V_REFUSE;
+  }
   if ((orphans = drain_tcp_orphans (l)) > 0) {
     drain_say_orphans (err, len, orphans);
     leg_close (l);

@@ -311,11 +311,14 @@ verify_thread (void *arg)
 {
   struct verify *vf = arg;
   struct volume *v = vf->v;
+  uint32_t run = VERIFY_RUN;
   uint64_t off;
 
-  for (off = 0; off < v->size; off += VERIFY_RUN) {
-    uint32_t len = v->size - off < VERIFY_RUN ? (uint32_t) (v->size - off)
-                                              : VERIFY_RUN;
+  /* Reads within the legs' maximum block size. */
+  if (caps_request_max (&v->caps) < run)
+    run = caps_request_max (&v->caps);
+  for (off = 0; off < v->size; off += run) {
+    uint32_t len = v->size - off < run ? (uint32_t) (v->size - off) : run;
     if (!pace (vf, off)) {
       end_with (vf, V_STOPPED, NULL);
       break;

@@ -8,7 +8,10 @@
  * may punch holes; a hole without the zero bit reads as whatever the
  * source returns, so it is copied.
  *
- * Three round trips, whatever the number of extents:
+ * A range is copied in pieces no larger than the largest request the
+ * legs accept (caps_request_max: a server may refuse a larger one with
+ * EINVAL, which would fail the source).  Three round trips per piece,
+ * whatever the number of extents:
  *   1. block status of the whole range from the source (repeated only
  *      if the source answers for part of it);
  *   2. the data extents, and only they, read from the source into buf
@@ -192,9 +195,9 @@ write_targets (struct volume *v, const struct endpoint *dst, size_t nr_dst,
   return ret;
 }
 
-/* Copy a range (see copy.h). */
-int
-copy_range (struct volume *v, const struct endpoint *src,
+/* Copy a piece of a range, at most the legs' maximum request. */
+static int
+copy_piece (struct volume *v, const struct endpoint *src,
             const struct endpoint *dst, size_t nr_dst, uint64_t offset,
             uint32_t len, void *buf, struct copy_result *res)
 {
@@ -222,4 +225,26 @@ copy_range (struct volume *v, const struct endpoint *src,
     ret = write_targets (v, dst, nr_dst, &el, r, buf, res);
   free (r);
   return ret;
+}
+
+/* Copy a range (see copy.h), in pieces no leg refuses (see the note
+ * at the top).
+ */
+int
+copy_range (struct volume *v, const struct endpoint *src,
+            const struct endpoint *dst, size_t nr_dst, uint64_t offset,
+            uint32_t len, void *buf, struct copy_result *res)
+{
+  uint32_t limit = caps_request_max (&v->caps), done = 0;
+
+  res->failed = -1;
+  res->err = 0;
+  while (done < len) {
+    uint32_t n = len - done < limit ? len - done : limit;
+    if (copy_piece (v, src, dst, nr_dst, offset + done, n,
+                    (char *) buf + done, res) == -1)
+      return -1;
+    done += n;
+  }
+  return 0;
 }

@@ -182,6 +182,13 @@ write_request (struct volume *v, struct leg_cmd *cmd, int *err)
   uint64_t end = cmd->offset + cmd->count;
   int e;
 
+  /* A leg without native write-zeroes gets writes of zeroes: within the
+   * maximum block size when a leg declared one.
+   */
+  if (cmd->op == OP_ZERO && !v->caps.trim && v->caps.max_block != 0 &&
+      caps_request_max (&v->caps) < piece)
+    piece = caps_request_max (&v->caps);
+
   atomic_fetch_add_explicit (&v->client_requests, 1, memory_order_relaxed);
   if (cmd->op == OP_WRITE)
     atomic_fetch_add_explicit (&v->client_write_bytes, cmd->count,

@@ -142,38 +142,57 @@ short_sleep (void)
   nanosleep (&(struct timespec) { .tv_nsec = 250000000 }, NULL);
 }
 
+/* What block status has shown of a leg so far: the extents are read
+ * from `next` on, and only extents with the zero bit count (a hole
+ * without it may read as anything: NBD's NBD_STATE_HOLE alone promises
+ * nothing about the contents).
+ */
+struct zero_scan {
+  uint64_t next;                /* where the extents seen end */
+  bool zero;
+};
+
 /* Does a leg read as zeroes over its whole size (by block status)? */
 static int
-all_zero_cb (void *opaque, uint64_t offset UNUSED, uint64_t length UNUSED,
-             uint32_t type)
+all_zero_cb (void *opaque, uint64_t offset, uint64_t length, uint32_t type)
 {
-  bool *zero = opaque;
+  struct zero_scan *zs = opaque;
 
-  if (!(type & (ENGINE_EXTENT_ZERO | ENGINE_EXTENT_HOLE)))
-    *zero = false;
+  if (offset != zs->next)       /* not contiguous: ignore the rest */
+    return 0;
+  if (!(type & ENGINE_EXTENT_ZERO))
+    zs->zero = false;
+  zs->next = offset + length;
   return 0;
 }
 
-/* Does leg l read as zeroes over its whole size? */
+/* Does leg l read as zeroes over its whole size?  A server may answer
+ * block status for only part of the range asked about (NBD allows it):
+ * the next request starts where its answer ended, and an answer that
+ * covers nothing means "not known to be zero".  Requests stay within
+ * the leg's maximum block size.
+ */
 static bool
 reads_as_zero (struct leg *l)
 {
-  uint64_t off = 0, step = 1024 * 1024 * 1024;
-  bool zero = true;
+  uint64_t step = 1024 * 1024 * 1024;
+  struct zero_scan zs = { .next = 0, .zero = true };
 
   if (!l->caps.can_extents)
     return false;
-  while (off < l->caps.size && zero) {
+  if (l->caps.max_block != 0 && l->caps.max_block < step)
+    step = l->caps.max_block;
+  while (zs.next < l->caps.size && zs.zero) {
+    uint64_t off = zs.next;
     uint64_t n = l->caps.size - off < step ? l->caps.size - off : step;
     struct leg_cmd cmd = {
       .op = OP_EXTENTS, .offset = off, .count = (uint32_t) n,
-      .fn = all_zero_cb, .fn_opaque = &zero,
+      .fn = all_zero_cb, .fn_opaque = &zs,
     };
-    if (ioreq_sync_io (l, &cmd) != 0)
+    if (ioreq_sync_io (l, &cmd) != 0 || zs.next <= off)
       return false;
-    off += n;
   }
-  return zero;
+  return zs.zero;
 }
 
 /* Fill in the election's view of leg i (once it is open).  A leg that

@@ -503,6 +503,19 @@ check_identities (struct volume *v, uint16_t legs)
   return 0;
 }
 
+/* Combine what the open legs can do into what the client is told. */
+static void
+negotiate (struct volume *v)
+{
+  const struct leg_caps *caps[MAX_LEGS];
+  size_t i, n = 0;
+
+  for (i = 0; i < v->nr_legs; ++i)
+    if (atomic_load (&v->legs[i].open))
+      caps[n++] = &v->legs[i].caps;
+  caps_combine (caps, n, &v->caps);
+}
+
 /* Start with metadata=internal. */
 static int
 start_with_metadata (struct volume *v)
@@ -524,6 +537,7 @@ start_with_metadata (struct volume *v)
   v->al = al_new (v);
   if (v->al == NULL || alloc_leg_bitmaps (v) == -1)
     return -1;
+  negotiate (v);                /* crash recovery's largest request */
   learn_stale_al_seqs (v);
   if (res.outcome == ELECT_EXISTING &&
       (prepare_absent_slots (v, winners, &absent) == -1 ||
@@ -566,19 +580,6 @@ start_without_metadata (struct volume *v)
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
   member_set_absent (v, 0, "started without metadata");
   return 0;
-}
-
-/* Combine what the open legs can do into what the client is told. */
-static void
-negotiate (struct volume *v)
-{
-  const struct leg_caps *caps[MAX_LEGS];
-  size_t i, n = 0;
-
-  for (i = 0; i < v->nr_legs; ++i)
-    if (atomic_load (&v->legs[i].open))
-      caps[n++] = &v->legs[i].caps;
-  caps_combine (caps, n, &v->caps);
 }
 
 /* Granules of the range lock: many buckets keep unrelated writes apart. */

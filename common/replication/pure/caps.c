@@ -19,6 +19,9 @@
 
 #include <config.h>
 
+#include <inttypes.h>
+#include <stdio.h>
+
 #include "caps.h"
 
 /* Combine the capabilities of n legs. */
@@ -64,4 +67,37 @@ caps_block_size (const struct caps_summary *c, uint32_t *minimum,
     *preferred = *minimum;
   if (*preferred > *maximum)
     *preferred = *maximum;
+}
+
+/* The largest request the engine sends to a leg (see caps.h). */
+uint32_t
+caps_request_max (const struct caps_summary *c)
+{
+  uint32_t minimum, preferred, maximum;
+
+  caps_block_size (c, &minimum, &preferred, &maximum);
+  return maximum;
+}
+
+/* Does a leg joining later honour what the client was told? */
+bool
+caps_leg_fits (const struct caps_summary *c, const struct leg_caps *leg,
+               char *why, size_t len)
+{
+  uint32_t minimum, preferred, maximum;
+
+  caps_block_size (c, &minimum, &preferred, &maximum);
+  if (leg->min_block > minimum) {
+    snprintf (why, len, "its minimum block size %" PRIu32 " is above the "
+              "%" PRIu32 " the volume's clients were told", leg->min_block,
+              minimum);
+    return false;
+  }
+  if (leg->max_block != 0 && leg->max_block < maximum) {
+    snprintf (why, len, "its maximum block size %" PRIu32 " is below the "
+              "%" PRIu32 " the volume's clients were told", leg->max_block,
+              maximum);
+    return false;
+  }
+  return true;
 }

@@ -36,4 +36,19 @@ extern void caps_block_size (const struct caps_summary *c,
                              uint32_t *minimum, uint32_t *preferred,
                              uint32_t *maximum);
 
+/* The largest request the engine sends to a leg with a payload or a
+ * reply of that size (read, write, block status): the maximum the
+ * client is told, which every leg accepts (caps_leg_fits).
+ */
+extern uint32_t caps_request_max (const struct caps_summary *c);
+
+/* Does a leg that connects after the client was told c (a leg added,
+ * or one coming back from a restart of its server) honour every request
+ * that c allows?  Its minimum block size must not be above the one the
+ * client was told, nor its maximum below.  If not, why says so.
+ */
+extern bool caps_leg_fits (const struct caps_summary *c,
+                           const struct leg_caps *leg, char *why,
+                           size_t len);
+
 #endif /* REPLICATE_CAPS_H */
