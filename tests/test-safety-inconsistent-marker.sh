@@ -20,8 +20,9 @@
 #   3. nbdrep inspect: leg 1's superblock says inconsistent;
 #   4. a start with leg 0 unreachable and force=true is refused, naming
 #      the inconsistent leg;
-#   5. leg 0 back: the volume starts, resyncs leg 1, and both legs hold
-#      what was written.
+#   5. leg 0 back: the volume starts, resumes leg 1's resync (still
+#      incremental: an inconsistent leg holding its slot's bm_gen), and
+#      both legs hold what was written.
 
 source ./functions.sh
 set -euo pipefail
@@ -79,4 +80,5 @@ grep 'inconsistent' "$tmpdir/c.log"
 restart_replica 0
 start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" control="$ctl"
 wait_volume_state 60 "$ctl" healthy
+status_check "$ctl" 'leg(1)["last_resync"]["kind"] == "incremental"'
 compare_legs "$expected" "$c_uri" "$r0_uri" "$r1_uri"

@@ -261,6 +261,25 @@ pace (struct verify *vf, uint64_t done)
   }
 }
 
+/* The legs of legs with a buffer: a leg added since the verify began
+ * (nbdrep add, then its resync done) has none yet, and gets one now.
+ * One whose buffer cannot be had is left out of the run.  Verify
+ * thread only.
+ */
+static uint16_t
+with_buffers (struct verify *vf, uint16_t legs)
+{
+  unsigned i;
+
+  for (i = 0; i < MAX_LEGS; ++i)
+    if ((legs & (1u << i)) && vf->bufs[i] == NULL &&
+        posix_memalign (&vf->bufs[i], 4096, VERIFY_RUN) != 0) {
+      vf->bufs[i] = NULL;
+      legs &= ~(1u << i);
+    }
+  return legs;
+}
+
 /* Verify one run.  Returns -1 to stop (the state is set). */
 static int
 verify_run (struct verify *vf, uint64_t offset, uint32_t len)
@@ -285,7 +304,7 @@ verify_run (struct verify *vf, uint64_t offset, uint32_t len)
    * (invariant 5); one that stops now misses no write to the run, which
    * waits for our lock.
    */
-  legs = MB_UPTODATE (membership_load (v));
+  legs = with_buffers (vf, MB_UPTODATE (membership_load (v)));
   if (__builtin_popcount (legs) < 2) {
     rangelock_unlock (v->rl, &hold);
     end_with (vf, V_FAILED, "fewer than two uptodate legs to compare");

@@ -381,6 +381,30 @@ stop_resync_of (struct volume *v, struct leg *l)
   }
 }
 
+/* A stale leg whose resync the operator restarts (nbdrep resync
+ * --full): its resync, which may be starting with the kind judged when
+ * it came back, is stopped and the leg failed, so that the monitor
+ * takes it from the top (reconnected, judged again, l->force_full).
+ * A resync stopped after its target began receiving writes leaves it
+ * syncing: that is failed properly (its failure recorded).
+ */
+void
+admin_restart_stale (struct volume *v, struct leg *l, const char *why)
+{
+  enum leg_state st;
+  /* Not while the monitor connects or judges it, or starts its resync. */
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->life_lock);
+
+  stop_resync_of (v, l);
+  st = atomic_load (&l->state);
+  if (st == LEG_SYNCING)
+    member_fail_leg (v, l, EPOCH_ANY, "%s", why);
+  else if (st == LEG_STALE && !l->held) {
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    member_set_state (v, l, LEG_FAILED, why);
+  }
+}
+
 /* Take the leg out of the membership (change_lock held).  Returns the
  * slot it held, to be freed, or -1 if none is known.
  */

@@ -7,11 +7,14 @@
 #include <stddef.h>
 
 struct volume;
+struct leg;
 
 extern int admin_add_leg (struct volume *v, const char *uri, bool async,
                           char *err, size_t errlen);
 extern int admin_remove_leg (struct volume *v, unsigned index,
                               char *err, size_t errlen);
+extern void admin_restart_stale (struct volume *v, struct leg *l,
+                                 const char *why);
 extern int admin_set (struct volume *v, const char *key, const char *value,
                        char *err, size_t errlen);
 

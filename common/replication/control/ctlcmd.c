@@ -45,6 +45,25 @@ result (int r, const char *err)
     : json_pack ("{s:b}", "ok", 1);
 }
 
+/* Taking the uptodate leg l out (failing it, rebuilding it) would fail
+ * the volume, or turn it read-only: the refusal, else NULL.  what is
+ * what would take it out ("failing", "rebuilding").
+ */
+static json_t *
+uptodate_refusal (struct volume *v, struct leg *l, const char *what)
+{
+  uint16_t up = MB_UPTODATE (membership_load (v)) & ~(1u << l->index);
+
+  if (up == 0)
+    return ctl_error_reply ("leg %u is the last uptodate leg: %s it "
+                            "would fail the volume", l->index, what);
+  if ((unsigned) __builtin_popcount (up) < v->quorum)
+    return ctl_error_reply ("%s leg %u would leave fewer uptodate legs "
+                            "than quorum (the volume would turn read-only)",
+                            what, l->index);
+  return NULL;
+}
+
 /* fail-leg: take a leg out for maintenance (it is reconnected and
  * resynced by the monitor as after any failure).
  */
@@ -54,7 +73,6 @@ cmd_fail_leg (struct volume *v, const struct ctlreq *r)
   json_t *reply = NULL;
   struct leg *l = leg_arg (v, r, &reply);
   enum leg_state st;
-  uint16_t up;
 
   if (l == NULL)
     return reply;
@@ -62,14 +80,8 @@ cmd_fail_leg (struct volume *v, const struct ctlreq *r)
   if (st != LEG_UPTODATE && st != LEG_SYNCING)
     return ctl_error_reply ("leg %u is %s, not uptodate or syncing",
                             l->index, state_leg_name (st));
-  up = MB_UPTODATE (membership_load (v)) & ~(1u << l->index);
-  if (st == LEG_UPTODATE && up == 0)
-    return ctl_error_reply ("leg %u is the last uptodate leg: failing it "
-                            "would fail the volume", l->index);
-  if (st == LEG_UPTODATE && (unsigned) __builtin_popcount (up) < v->quorum)
-    return ctl_error_reply ("failing leg %u would leave fewer uptodate legs "
-                            "than quorum (the volume would turn read-only)",
-                            l->index);
+  if (st == LEG_UPTODATE && (reply = uptodate_refusal (v, l, "failing")))
+    return reply;
   member_fail_leg (v, l, EPOCH_ANY, "failed by the operator");
   return json_pack ("{s:b}", "ok", 1);
 }
@@ -124,15 +136,24 @@ cmd_resync (struct volume *v, const struct ctlreq *r)
                             "the same way again; to rebuild it from the "
                             "volume, nbdrep remove it and nbdrep add its "
                             "URI", l->index, why);
+  if (st == LEG_UPTODATE && (reply = uptodate_refusal (v, l, "rebuilding")))
+    return reply;
+  {
+    /* Before the leg is failed: the monitor may judge it at once. */
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    l->force_full |= r->full;
+  }
   if (st == LEG_UPTODATE || st == LEG_SYNCING)
     member_fail_leg (v, l, EPOCH_ANY, "resync requested by the operator");
+  else if (st == LEG_STALE && r->full && !l->async)
+    /* Its resync may be starting, incremental: take it from the top. */
+    admin_restart_stale (v, l, "full resync requested by the operator");
   if (r->server_restarted)
     nbdkit_debug ("leg %u: its server was restarted, says the operator: "
                   "%zu old connection(s) no longer waited for", l->index,
                   monitor_forget_old_connections (v, l));
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-    l->force_full |= r->full;
     l->next_attempt_ns = 0;
     l->backoff = 0;
     pthread_cond_broadcast (&v->monitor_cond);
