@@ -89,13 +89,15 @@ caps_leg_fits (const struct caps_summary *c, const struct leg_caps *leg,
   caps_block_size (c, &minimum, &preferred, &maximum);
   if (leg->min_block > minimum) {
     snprintf (why, len, "its minimum block size %" PRIu32 " is above the "
-              "%" PRIu32 " the volume's clients were told", leg->min_block,
+              "%" PRIu32 " the volume's clients were told (serve it with "
+              "sizes that fit, or restart the controller)", leg->min_block,
               minimum);
     return false;
   }
   if (leg->max_block != 0 && leg->max_block < maximum) {
     snprintf (why, len, "its maximum block size %" PRIu32 " is below the "
-              "%" PRIu32 " the volume's clients were told", leg->max_block,
+              "%" PRIu32 " the volume's clients were told (serve it with "
+              "sizes that fit, or restart the controller)", leg->max_block,
               maximum);
     return false;
   }
