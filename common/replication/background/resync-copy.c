@@ -326,7 +326,22 @@ copy_run (struct resync *rs, unsigned lane, const struct run *run,
     return -1;
   if (r == 0)
     return 0;
-  if (cr.failed == 0) {
+  if (cr.failed == 0 && !state_errno_is_disconnect (cr.err) &&
+      (MB_UPTODATE (membership_load (v)) & ~(1u << src.leg->index)) == 0) {
+    /* A media error of the last uptodate leg: it stays, as a client
+     * read of the range does not fail it (io_read_failed); failing it
+     * would fail the volume, and the resync starting again once it is
+     * back would fail it again.  The target cannot be completed now:
+     * it is failed (its bitmap kept) and tried again later.
+     */
+    pthread_mutex_lock (&rs->lock);
+    rs->target_failed = true;
+    pthread_mutex_unlock (&rs->lock);
+    member_fail_leg (v, dst.leg, EPOCH_ANY,
+                     "read of the resync source leg %u (the last uptodate "
+                     "leg) failed: %s", src.leg->index, strerror (cr.err));
+  }
+  else if (cr.failed == 0) {
     pthread_mutex_lock (&rs->lock);
     rs->source_failed = true;
     pthread_mutex_unlock (&rs->lock);
