@@ -7,8 +7,9 @@
  * leg that says nothing (0) constrains nothing.  What the client sees
  * then gets a floor and defaults: minimum 1, preferred at least 4096
  * (what nbd-client -b 4096 and the page cache use), maximum 32 MiB
- * when no leg gives one, and the preferred size clamped between the
- * two.  The maximum is rounded down to a power of two (legal NBD either
+ * when no leg gives one or one gives more (nbdkit's blocksize filter
+ * says 4 GiB - 1, but nbdkit and libnbd refuse a data request above
+ * 64 MiB), and the preferred size clamped between the two.  The maximum is rounded down to a power of two (legal NBD either
  * way, but nbdublk refuses a server whose maximum is not one), unless
  * that would take it below the minimum.
  *
@@ -23,6 +24,8 @@
 #include <stdio.h>
 
 #include "caps.h"
+
+#define MAX_ADVERTISED (32 * 1024 * 1024)   /* the largest maximum told */
 
 /* Combine the capabilities of n legs. */
 void
@@ -59,7 +62,8 @@ caps_block_size (const struct caps_summary *c, uint32_t *minimum,
                  uint32_t *preferred, uint32_t *maximum)
 {
   *minimum = c->min_block ? c->min_block : 1;
-  *maximum = c->max_block ? c->max_block : 32 * 1024 * 1024;
+  *maximum = c->max_block && c->max_block < MAX_ADVERTISED
+    ? c->max_block : MAX_ADVERTISED;
   if (pow2_floor (*maximum) >= *minimum)
     *maximum = pow2_floor (*maximum);
   *preferred = c->pref_block > 4096 ? c->pref_block : 4096;
