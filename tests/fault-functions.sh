@@ -69,6 +69,34 @@ with open('$2', 'r+b') as f:
 "
 }
 
+# write_behind_hold URI EXPECTED OFFSET LENGTH LOG ID WHAT: write LENGTH
+# random bytes at OFFSET through URI while the faultinject rule ID holds
+# a request (its "fire" line in LOG already); the write must be sent
+# before the held request is done and acknowledged only after it (its
+# "done ID" line in LOG): it waited for the range lock WHAT (a phrase:
+# "the resync copy of its range") held.  Then flush, and put the bytes
+# into the file EXPECTED.  Prints how long the write took.
+write_behind_hold ()
+{
+  "$NBDSH" -u "$1" -c "
+import os, time
+def done_logged():
+    with open('$5') as f:
+        return any(l.split()[:2] == ['done', '$6'] for l in f)
+assert not done_logged(), 'the held request came back before W was sent'
+buf = os.urandom($4)
+t0 = time.monotonic()
+h.pwrite(buf, $3)
+t1 = time.monotonic()
+print('W acknowledged after %.3f s' % (t1 - t0))
+assert done_logged(), 'W was acknowledged while $7 was held'
+h.flush()
+with open('$2', 'r+b') as f:
+    f.seek($3)
+    f.write(buf)
+"
+}
+
 # write_random_blocks URI EXPECTED SEED COUNT BLOCK SLOTS [FLUSH_EVERY
 # [nofinal]]: COUNT writes of BLOCK random bytes through URI, one at a
 # time, each at a random slot of the first SLOTS blocks of BLOCK bytes

@@ -56,24 +56,8 @@ fault_wait "$faults" copy fire 30
 status_check "$ctl" "leg(1)['state'] == 'syncing'"
 
 # 2.  W, while the copy's write is held (4 s; this starts at once).
-"$NBDSH" -u "$c_uri" -c "
-import os, time
-def done_logged():
-    with open('$faults') as f:
-        return any(l.split()[:2] == ['done', 'copy'] for l in f)
-assert not done_logged(), 'the held copy came back before W was sent'
-buf = os.urandom($len)
-t0 = time.monotonic()
-h.pwrite(buf, $X)
-t1 = time.monotonic()
-print('W acknowledged after %.3f s' % (t1 - t0))
-assert done_logged(), \
-    'W was acknowledged while the resync copy of its range was held'
-h.flush()
-with open('$expected', 'r+b') as f:
-    f.seek($X)
-    f.write(buf)
-"
+write_behind_hold "$c_uri" "$expected" "$X" "$len" "$faults" copy \
+  "the resync copy of its range"
 cat "$faults"
 fault_clear "$rules"
 

@@ -63,24 +63,8 @@ verifier=$!
 fault_wait "$faults" vread fire 30
 
 # W, while leg 1's read of the run is held (4 s; this starts at once).
-"$NBDSH" -u "$c_uri" -c "
-import os, time
-def done_logged():
-    with open('$faults') as f:
-        return any(l.split()[:2] == ['done', 'vread'] for l in f)
-assert not done_logged(), 'the held read came back before W was sent'
-buf = os.urandom($wlen)
-t0 = time.monotonic()
-h.pwrite(buf, $X)
-t1 = time.monotonic()
-print('W acknowledged after %.3f s' % (t1 - t0))
-assert done_logged(), \
-    'W was acknowledged while the verify read of its run was held'
-h.flush()
-with open('$expected', 'r+b') as f:
-    f.seek($X)
-    f.write(buf)
-"
+write_behind_hold "$c_uri" "$expected" "$X" "$wlen" "$faults" vread \
+  "the verify read of its run"
 wait "$verifier" || vrc=$?
 cat "$tmpdir/verify" "$faults"
 fault_clear "$rules"
