@@ -54,6 +54,16 @@
  */
 int replicate_debug_queue_pause = 0;        /* exported by the .syms */
 
+/* -D replicate.ticket_pause=MS: the first write that takes a write
+ * ticket (the membership it read has an absent slot) waits MS
+ * milliseconds after reading the membership, before it marks the
+ * absent slots' bitmaps (step 4), its range and extents held: a writer
+ * the scheduler stalls there while the membership changes, which must
+ * not be published as done before it has marked (member.c,
+ * membership_publish).  For tests only (test-safety-resync-publish.sh).
+ */
+int replicate_debug_ticket_pause = 0;       /* exported by the .syms */
+
 /* Largest piece a write-like request is cut into. */
 uint64_t
 io_max_piece (struct volume *v)
@@ -115,6 +125,18 @@ io_discard_async (struct volume *v, uint16_t async, const struct leg_cmd *cmd)
     async_discard (&v->legs[__builtin_ctz (async)], cmd);
 }
 
+/* The ticket_pause of the first write that took a ticket. */
+static void
+ticket_pause (void)
+{
+  static atomic_bool paused;
+
+  if (!atomic_exchange (&paused, true))
+    debug_pause (replicate_debug_ticket_pause, "write",
+                 "before it marks the bitmaps of the absent slots",
+                 "ticket_pause");
+}
+
 /* Steps 3 to 7 of one piece whose range lock the caller holds (verify
  * repairs under the lock it compared with).  Returns 0 or an errno.
  */
@@ -134,6 +156,8 @@ io_write_locked (struct volume *v, const struct leg_cmd *cmd,
   }
 
   ticket = member_enter_write (v, &m);
+  if (MB_ABSENT (m) != 0 && replicate_debug_ticket_pause > 0)
+    ticket_pause ();
   io_mark_absent (v, MB_ABSENT (m), cmd->offset, cmd->count);
   member_leave_write (v, ticket);
   writing = volume_sync_legs (v, MB_WRITING (m));
