@@ -224,6 +224,23 @@ explain_kept_slot (struct volume *v, const struct leg *l, char *err,
  */
 int replicate_debug_add_pause = 0;          /* exported by the .syms */
 
+/* -D replicate.refusal_pause=MS: nbdrep fail, resync --full and
+ * remove wait MS milliseconds after checking that the other legs would
+ * stay uptodate enough, before taking the leg out, which checks again:
+ * another leg may fail in between.  For tests only
+ * (test-admin-refusal-race.sh).
+ */
+int replicate_debug_refusal_pause = 0;      /* exported by the .syms */
+
+/* The refusal_pause of an operator's command (what: "failing" ...). */
+void
+admin_refusal_pause (const char *what)
+{
+  debug_pause (replicate_debug_refusal_pause, what,
+               "with the other legs checked, before it takes the leg out",
+               "refusal_pause");
+}
+
 /* Name the leg being added, or none (NULL): until nr_legs counts it,
  * the slot it owns is held through v->adding (slots.c).
  */
@@ -381,22 +398,17 @@ stop_resync_of (struct volume *v, struct leg *l)
   }
 }
 
-/* A stale leg whose resync the operator restarts (nbdrep resync
- * --full): its resync, which may be starting with the kind judged when
- * it came back, is stopped and the leg failed, so that the monitor
- * takes it from the top (reconnected, judged again, l->force_full).
- * A resync stopped after its target began receiving writes leaves it
- * syncing: that is failed properly (its failure recorded).
+/* A leg whose resync was just stopped (stop_resync_of) goes back to
+ * the monitor, which takes it from the top (reconnected, judged again,
+ * l->force_full).  A resync stopped after its target began receiving
+ * writes leaves it syncing: that is failed properly (its failure
+ * recorded).  No lock held but l->life_lock.
  */
-void
-admin_restart_stale (struct volume *v, struct leg *l, const char *why)
+static void
+hand_back_stopped (struct volume *v, struct leg *l, const char *why)
 {
-  enum leg_state st;
-  /* Not while the monitor connects or judges it, or starts its resync. */
-  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->life_lock);
+  enum leg_state st = atomic_load (&l->state);
 
-  stop_resync_of (v, l);
-  st = atomic_load (&l->state);
   if (st == LEG_SYNCING)
     member_fail_leg (v, l, EPOCH_ANY, "%s", why);
   else if (st == LEG_STALE && !l->held) {
@@ -405,22 +417,41 @@ admin_restart_stale (struct volume *v, struct leg *l, const char *why)
   }
 }
 
-/* Take the leg out of the membership (change_lock held).  Returns the
- * slot it held, to be freed, or -1 if none is known.
+/* A stale leg whose resync the operator restarts (nbdrep resync
+ * --full): its resync, which may be starting with the kind judged when
+ * it came back, is stopped and the leg handed back to the monitor.
  */
-static int
-retire_leg (struct volume *v, struct leg *l)
+void
+admin_restart_stale (struct volume *v, struct leg *l, const char *why)
 {
-  int slot = l->slot;
+  /* Not while the monitor connects or judges it, or starts its resync. */
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&l->life_lock);
 
-  {
-    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-    member_set_state (v, l, LEG_REMOVED, "removed by the operator");
-    snprintf (l->last_error, sizeof l->last_error, "removed by the operator");
-    l->slot = -1;               /* under v->lock, as status reads it */
-    l->slot_unknown = slot < 0 && v->metadata;
-  }
-  return slot;
+  stop_resync_of (v, l);
+  hand_back_stopped (v, l, why);
+}
+
+/* Take the leg out of the membership (change_lock held), unless
+ * remove_refusal, checked again in the same hold of v->lock as the
+ * change, now refuses it (another leg failed since the first check):
+ * that reason is returned, else NULL, with the slot the leg held, to
+ * be freed, or -1 if none is known, in *slot.
+ */
+static const char *
+retire_leg (struct volume *v, struct leg *l, int *slot)
+{
+  const char *why;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+
+  why = remove_refusal (v, l);
+  if (why)
+    return why;
+  *slot = l->slot;
+  member_set_state (v, l, LEG_REMOVED, "removed by the operator");
+  snprintf (l->last_error, sizeof l->last_error, "removed by the operator");
+  l->slot = -1;                 /* under v->lock, as status reads it */
+  l->slot_unknown = *slot < 0 && v->metadata;
+  return NULL;
 }
 
 /* Remove a leg.  Returns 0, or -1 with the reason in err. */
@@ -442,22 +473,28 @@ admin_remove_leg (struct volume *v, unsigned index, char *err, size_t errlen)
     snprintf (err, errlen, "leg %u cannot be removed: %s", index, why);
     return -1;
   }
+  admin_refusal_pause ("remove");
   stop_resync_of (v, l);
   member_change_begin (v);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
-    slot = retire_leg (v, l);
-    if (v->metadata && slot >= 0) {
+    why = retire_leg (v, l, &slot);
+    if (why == NULL && v->metadata && slot >= 0) {
       if (slots_release (v, slot, "its leg removed") == -1)
         nbdkit_error ("leg %u removed, but no leg could record it (none "
                       "is uptodate): its slot %d stays its own on disk, "
                       "absent, its bitmap marked by every write", index,
                       slot);
     }
-    else if (v->metadata)
+    else if (why == NULL && v->metadata)
       metaio_bump (v);
   }
   member_change_end (v);
+  if (why) {
+    hand_back_stopped (v, l, "its removal refused");
+    snprintf (err, errlen, "leg %u cannot be removed: %s", index, why);
+    return -1;
+  }
   leg_close (l);
   /* A removed leg is never connected again: an asynchronous leg's
    * sender gives up what it holds (its requests fail at leg_enter from

@@ -15,6 +15,7 @@ extern int admin_remove_leg (struct volume *v, unsigned index,
                               char *err, size_t errlen);
 extern void admin_restart_stale (struct volume *v, struct leg *l,
                                  const char *why);
+extern void admin_refusal_pause (const char *what);
 extern int admin_set (struct volume *v, const char *key, const char *value,
                        char *err, size_t errlen);
 

@@ -45,6 +45,16 @@ result (int r, const char *err)
     : json_pack ("{s:b}", "ok", 1);
 }
 
+/* The fewest other legs that must stay uptodate when the operator
+ * takes an uptodate leg out: one (else the volume fails), and quorum
+ * (else it turns read-only).
+ */
+static unsigned
+keep_uptodate (const struct volume *v)
+{
+  return v->quorum > 1 ? v->quorum : 1;
+}
+
 /* Taking the uptodate leg l out (failing it, rebuilding it) would fail
  * the volume, or turn it read-only: the refusal, else NULL.  what is
  * what would take it out ("failing", "rebuilding").
@@ -57,11 +67,34 @@ uptodate_refusal (struct volume *v, struct leg *l, const char *what)
   if (up == 0)
     return ctl_error_reply ("leg %u is the last uptodate leg: %s it "
                             "would fail the volume", l->index, what);
-  if ((unsigned) __builtin_popcount (up) < v->quorum)
+  if ((unsigned) __builtin_popcount (up) < keep_uptodate (v))
     return ctl_error_reply ("%s leg %u would leave fewer uptodate legs "
                             "than quorum (the volume would turn read-only)",
                             what, l->index);
   return NULL;
+}
+
+/* Fail the uptodate or syncing leg l for the operator (what: "failing",
+ * "rebuilding"), unless that takes out what uptodate_refusal protects.
+ * The check is made again as the leg is failed (member.c), for another
+ * leg may have failed since the first.  Returns the refusal, else NULL.
+ */
+static json_t *
+fail_for_operator (struct volume *v, struct leg *l, const char *what,
+                   const char *reason)
+{
+  json_t *reply;
+
+  if (atomic_load (&l->state) == LEG_UPTODATE &&
+      (reply = uptodate_refusal (v, l, what)))
+    return reply;
+  admin_refusal_pause (what);
+  if (member_fail_leg_keeping (v, l, keep_uptodate (v), reason))
+    return NULL;
+  reply = uptodate_refusal (v, l, what);
+  return reply ? reply
+    : ctl_error_reply ("%s leg %u refused: another leg failed meanwhile "
+                       "(try again)", what, l->index);
 }
 
 /* fail-leg: take a leg out for maintenance (it is reconnected and
@@ -80,9 +113,8 @@ cmd_fail_leg (struct volume *v, const struct ctlreq *r)
   if (st != LEG_UPTODATE && st != LEG_SYNCING)
     return ctl_error_reply ("leg %u is %s, not uptodate or syncing",
                             l->index, state_leg_name (st));
-  if (st == LEG_UPTODATE && (reply = uptodate_refusal (v, l, "failing")))
+  if ((reply = fail_for_operator (v, l, "failing", "failed by the operator")))
     return reply;
-  member_fail_leg (v, l, EPOCH_ANY, "failed by the operator");
   return json_pack ("{s:b}", "ok", 1);
 }
 
@@ -117,6 +149,7 @@ cmd_resync (struct volume *v, const struct ctlreq *r)
   struct leg *l = leg_arg (v, r, &reply);
   enum leg_state st;
   char why[256];
+  bool was_full;
 
   if (l == NULL)
     return reply;
@@ -136,15 +169,21 @@ cmd_resync (struct volume *v, const struct ctlreq *r)
                             "the same way again; to rebuild it from the "
                             "volume, nbdrep remove it and nbdrep add its "
                             "URI", l->index, why);
-  if (st == LEG_UPTODATE && (reply = uptodate_refusal (v, l, "rebuilding")))
-    return reply;
   {
     /* Before the leg is failed: the monitor may judge it at once. */
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    was_full = l->force_full;
     l->force_full |= r->full;
   }
-  if (st == LEG_UPTODATE || st == LEG_SYNCING)
-    member_fail_leg (v, l, EPOCH_ANY, "resync requested by the operator");
+  if (st == LEG_UPTODATE || st == LEG_SYNCING) {
+    reply = fail_for_operator (v, l, "rebuilding",
+                               "resync requested by the operator");
+    if (reply) {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+      l->force_full = was_full;
+      return reply;
+    }
+  }
   else if (st == LEG_STALE && r->full && !l->async)
     /* Its resync may be starting, incremental: take it from the top. */
     admin_restart_stale (v, l, "full resync requested by the operator");

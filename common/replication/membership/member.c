@@ -285,9 +285,12 @@ member_change_begin (struct volume *v)
 void
 member_change_end (struct volume *v)
 {
+  unsigned begun;
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
 
-  atomic_fetch_sub (&v->pending_changes, 1);
+  begun = atomic_fetch_sub (&v->pending_changes, 1);
+  assert (begun > 0);           /* one end per member_change_begin */
+  (void) begun;
   pthread_cond_broadcast (&v->cond);
 }
 
@@ -340,15 +343,26 @@ member_wake_monitor (struct volume *v)
   pthread_cond_broadcast (&v->monitor_cond);
 }
 
-/* Mark a writing leg failed and publish the new membership.  Returns
- * true if this call changed it (false: it was not writing, or the
- * error came from connections of an earlier epoch, closed since: the
- * leg has been reconnected), and whether it was uptodate.  The caller
- * has begun a change.
+/* Would failing the uptodate leg l leave fewer than keep other legs
+ * uptodate?  v->lock held.
  */
-bool
-member_mark_failed (struct volume *v, struct leg *l, unsigned epoch,
-                    const char *reason, bool *was_uptodate)
+static bool
+leaves_too_few (struct volume *v, const struct leg *l, unsigned keep)
+{
+  uint16_t up = MB_UPTODATE (membership_load (v)) & ~(1u << l->index);
+
+  return l->state == LEG_UPTODATE &&
+    (unsigned) __builtin_popcount (up) < keep;
+}
+
+/* member_mark_failed, unless the leg is uptodate and fewer than keep
+ * other legs are (then *refused is set): checked in the same hold of
+ * v->lock as the state changes, so that no other failure comes between.
+ */
+static bool
+mark_failed_keeping (struct volume *v, struct leg *l, unsigned epoch,
+                     unsigned keep, const char *reason, bool *was_uptodate,
+                     bool *refused)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
 
@@ -356,6 +370,10 @@ member_mark_failed (struct volume *v, struct leg *l, unsigned epoch,
     return false;
   if (epoch != EPOCH_ANY && epoch != atomic_load (&l->epoch))
     return false;               /* an error from connections long gone */
+  if (leaves_too_few (v, l, keep)) {
+    *refused = true;
+    return false;
+  }
   *was_uptodate = l->state == LEG_UPTODATE;
   /* A leg timed out in this epoch: its requests fail with ENOTCONN once
    * its sockets are shut down, and whichever is judged first must not
@@ -369,25 +387,38 @@ member_mark_failed (struct volume *v, struct leg *l, unsigned epoch,
   return true;
 }
 
-/* Fail a leg: stop using it at once and record the failure before any
- * later write is acknowledged.  If another thread is already failing
- * it, wait for that to be recorded.  Never called with v->lock or
- * change_lock held.
+/* Mark a writing leg failed and publish the new membership.  Returns
+ * true if this call changed it (false: it was not writing, or the
+ * error came from connections of an earlier epoch, closed since: the
+ * leg has been reconnected), and whether it was uptodate.  The caller
+ * has begun a change.
  */
-void
-member_fail_leg (struct volume *v, struct leg *l, unsigned epoch,
-                 const char *fs, ...)
+bool
+member_mark_failed (struct volume *v, struct leg *l, unsigned epoch,
+                    const char *reason, bool *was_uptodate)
+{
+  bool refused = false;
+
+  return mark_failed_keeping (v, l, epoch, 0, reason, was_uptodate,
+                              &refused);
+}
+
+/* Fail a leg unless it is uptodate and fewer than keep other legs are
+ * (keep 0: always).  Returns false if refused for that.  The failure is
+ * recorded before any later write is acknowledged; if another thread is
+ * already failing the leg, this waits for that to be recorded.  Never
+ * called with v->lock or change_lock held.
+ */
+static bool
+fail_leg_keeping (struct volume *v, struct leg *l, unsigned epoch,
+                  unsigned keep, const char *why)
 {
   char reason[256], name[128];
-  bool changed, was_uptodate = false;
-  va_list ap;
-
-  va_start (ap, fs);
-  vsnprintf (reason, sizeof reason, fs, ap);
-  va_end (ap);
+  bool changed, was_uptodate = false, refused = false;
 
   member_change_begin (v);
-  changed = member_mark_failed (v, l, epoch, reason, &was_uptodate);
+  changed = mark_failed_keeping (v, l, epoch, keep, why, &was_uptodate,
+                                 &refused);
   if (changed) {
     leg_shutdown (l);
     {
@@ -401,4 +432,35 @@ member_fail_leg (struct volume *v, struct leg *l, unsigned epoch,
   member_wait_changes (v);
   if (changed)
     member_wake_monitor (v);
+  return !refused;
+}
+
+/* Fail a leg: stop using it at once and record the failure before any
+ * later write is acknowledged.  If another thread is already failing
+ * it, wait for that to be recorded.  Never called with v->lock or
+ * change_lock held.
+ */
+void
+member_fail_leg (struct volume *v, struct leg *l, unsigned epoch,
+                 const char *fs, ...)
+{
+  char reason[256];
+  va_list ap;
+
+  va_start (ap, fs);
+  vsnprintf (reason, sizeof reason, fs, ap);
+  va_end (ap);
+  fail_leg_keeping (v, l, epoch, 0, reason);
+}
+
+/* Fail a leg for the operator, unless it is uptodate and fewer than
+ * keep other legs are at that moment (a failure of another leg since
+ * the operator's command was checked): returns false then, and nothing
+ * changed.
+ */
+bool
+member_fail_leg_keeping (struct volume *v, struct leg *l, unsigned keep,
+                         const char *reason)
+{
+  return fail_leg_keeping (v, l, EPOCH_ANY, keep, reason);
 }

@@ -79,4 +79,10 @@ extern void member_fail_leg (struct volume *v, struct leg *l, unsigned epoch,
                              const char *fs, ...)
   __attribute__ ((format (printf, 4, 5)));
 
+/* Fail a leg for the operator, unless it is uptodate and fewer than
+ * keep other legs are (then false, nothing changed).
+ */
+extern bool member_fail_leg_keeping (struct volume *v, struct leg *l,
+                                     unsigned keep, const char *reason);
+
 #endif /* REPLICATE_MEMBER_H */
