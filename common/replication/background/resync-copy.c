@@ -19,7 +19,10 @@
  * Checkpoints: every CHECKPOINT_BYTES (or seconds) the target is
  * flushed and only then are the copied runs cleared from the bitmap and
  * the bitmap written: an interrupted resync resumes where it stopped,
- * never past what the target has made durable.
+ * never past what the target has made durable.  A target whose server
+ * does not advertise multi-conn is flushed on every lane too: the NBD
+ * protocol lets such a server make durable on a flush only what was
+ * written on the same connection (test-safety-resync-lanes-flush.sh).
  *
  * Rate: resync-rate caps the bytes read and written (zeroes written
  * where the source is sparse are free); while clients are doing I/O it
@@ -231,8 +234,29 @@ clear_copied (struct resync *rs, const struct run *runs, size_t nr)
     bitmap_clear_range (rs->bm, runs[i].first, runs[i].last);
 }
 
-/* Flush the target, then clear the runs that were copied before the
- * flush and write the bitmap (see resync-int.h).
+/* Flush the lanes' connections to the target, which the copies were
+ * written through, if its server does not advertise multi-conn (see
+ * the design note).  Returns 0 or an errno.
+ */
+static int
+flush_lanes (struct resync *rs)
+{
+  struct leg_cmd flush = { .op = OP_FLUSH };
+  unsigned i;
+  int e = 0;
+
+  if (rs->target->caps.can_multi_conn)
+    return 0;
+  for (i = 0; i < LANES && e == 0; ++i)
+    if (rs->dst_conns[i])
+      e = copy_endpoint_io (rs->v, &(struct endpoint) {
+          rs->target, rs->dst_conns[i] }, &flush);
+  return e;
+}
+
+/* Flush the target (its lanes, then its shared connections), then
+ * clear the runs that were copied before the flush and write the
+ * bitmap (see resync-int.h).
  */
 int
 resync_checkpoint (struct resync *rs)
@@ -252,7 +276,9 @@ resync_checkpoint (struct resync *rs)
   rs->last_checkpoint_ns = now_ns ();
   pthread_mutex_unlock (&rs->lock);
 
-  e = ioreq_sync_io (rs->target, &flush);
+  e = flush_lanes (rs);
+  if (e == 0)
+    e = ioreq_sync_io (rs->target, &flush);
   if (e != 0) {
     free (runs);
     member_fail_leg (v, rs->target, EPOCH_ANY,

@@ -77,9 +77,9 @@ add_extent (void *opaque, uint64_t offset, uint64_t length, uint32_t type)
 }
 
 /* Run one command on one endpoint.  Returns 0 or an errno. */
-static int
-run_on (struct volume *v, const struct endpoint *ep,
-        const struct leg_cmd *cmd)
+int
+copy_endpoint_io (struct volume *v, const struct endpoint *ep,
+                  const struct leg_cmd *cmd)
 {
   struct ioreq r;
   int e;
@@ -104,7 +104,7 @@ source_extents (struct volume *v, const struct endpoint *src,
       .count = (uint32_t) (el->end - el->next),
       .fn = add_extent, .fn_opaque = el,
     };
-    int e = run_on (v, src, &cmd);
+    int e = copy_endpoint_io (v, src, &cmd);
     if (e != 0)
       return e;
     if (el->next == before)       /* nothing usable: call it data */
