@@ -423,6 +423,11 @@ lane_thread (void *arg)
     if (rs->source_failed || rs->target_failed || resync_must_stop (rs) ||
         !next_run (rs, &run)) {
       pthread_mutex_unlock (&rs->lock);
+      /* No run taken: its slot given back, or each copier still
+       * waiting for the rate would wait out a slot for nothing, and
+       * the pass end LANES x COPIERS slots late.
+       */
+      charge_copy (rs, 0, reserved_ns);
       break;
     }
     bytes = run_bytes (rs->v, run.first, run.last);
