@@ -6,9 +6,10 @@
 # back from a kill, needs it resynced.  A client read of that MiB gets
 # EIO and fails nobody (as from a single disk); the resync must not fail
 # leg 0 either: the volume stays degraded and writable (the target is
-# failed and tried again), where failing the source made it flap between
-# failed and degraded, failing most client writes.  Once the error stops
-# the volume is healthy and every leg holds what the client wrote.
+# failed and tried again, each time twice as late), where failing the
+# source made it flap between failed and degraded, failing most client
+# writes.  Once the error stops (and nbdrep resync says so) the volume is
+# healthy and every leg holds what the client wrote.
 
 source ./functions.sh
 set -euo pipefail
@@ -47,6 +48,7 @@ status_check "$ctl" "leg(0)['state'] == 'uptodate'"
 restart_replica 1
 states=
 fails=0
+loop_start=$(date +%s)
 for i in $(seq 1 30); do
   states+=" $(volume_state "$ctl")"
   "$NBDSH" -u "$c_uri" -c "h.pwrite(b'x' * 4096, $(( 32 * M )))" \
@@ -56,12 +58,24 @@ done
 echo "volume states: $states; failed client writes: $fails"
 test "$fails" -eq 0
 [[ $states != *failed* ]]
+# Each retry of leg 1 waits twice as long as the last (2, 4, 8 ... s):
+# in T seconds, about log2(T) attempts (3 more allowed), where a retry
+# every second made about T, each with a generation bump.
+elapsed=$(( $(date +%s) - loop_start ))
+allowed=$(python3 -c "import math; print(int(math.log2(max($elapsed, 1))) + 3)")
+tries=$(grep -c 'leg 1: syncing -> failed (read of the resync source leg 0' \
+          "$tmpdir/c.log")
+echo "resyncs that met the error in $elapsed s: $tries (at most $allowed)"
+test "$tries" -ge 2
+test "$tries" -le "$allowed"
 status_check "$ctl" \
   "leg(0)['state'] == 'uptodate' and leg(0)['last_error'] is None"
 
-# The error gone: healthy, and every leg holds what was written.
+# The error gone, the operator says so (no waiting out the backoff):
+# healthy, and every leg holds what was written.
 fault_clear "$rules"
-wait_volume_state 60 "$ctl" healthy
+"$NBDREP" resync "$ctl" 1
+wait_volume_state 30 "$ctl" healthy
 python3 -c "
 with open('$expected', 'r+b') as f:
     f.seek($(( 32 * M ))); f.write(b'x' * 4096)

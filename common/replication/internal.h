@@ -198,6 +198,9 @@ struct leg {
   bool force_full;          /* the operator asked for a full resync */
   bool held;                /* stale, held out as a backup's source */
   unsigned backoff;         /* reconnect backoff, seconds */
+  unsigned source_errors;   /* resyncs ended in a row by a media error
+                               of their last uptodate source (v->lock;
+                               resync-copy.c): the retry waits longer */
   uint64_t next_attempt_ns; /* monotonic time of the next reconnect */
   struct resync *resync;    /* running resync, or NULL */
   struct resync_summary last_resync;

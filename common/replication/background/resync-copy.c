@@ -358,11 +358,16 @@ copy_run (struct resync *rs, unsigned lane, const struct run *run,
      * read of the range does not fail it (io_read_failed); failing it
      * would fail the volume, and the resync starting again once it is
      * back would fail it again.  The target cannot be completed now:
-     * it is failed (its bitmap kept) and tried again later.
+     * it is failed (its bitmap kept) and tried again later, each time
+     * twice as late (member.c, retry_delay_ns).
      */
     pthread_mutex_lock (&rs->lock);
     rs->target_failed = true;
     pthread_mutex_unlock (&rs->lock);
+    {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+      dst.leg->source_errors++;         /* retried later each time */
+    }
     member_fail_leg (v, dst.leg, EPOCH_ANY,
                      "read of the resync source leg %u (the last uptodate "
                      "leg) failed: %s", src.leg->index, strerror (cr.err));

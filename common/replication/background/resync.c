@@ -256,8 +256,10 @@ finish_async (struct resync *rs)
   pthread_mutex_lock (&v->change_lock);
   {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
-    if (l->state == LEG_SYNCING)
+    if (l->state == LEG_SYNCING) {
       l->inconsistent = false;
+      l->source_errors = 0;
+    }
     else
       r = -1;
   }
@@ -298,6 +300,7 @@ finish (struct resync *rs)
     if (l->state == LEG_SYNCING) {
       member_set_state (v, l, LEG_UPTODATE, "resync done");
       l->inconsistent = false;
+      l->source_errors = 0;
     }
     else
       r = -1;

@@ -75,6 +75,8 @@ my_stripe (void)
 /* The ticket of a write that needs none (no absent slot). */
 #define NO_TICKET UINT16_MAX
 
+#define MAX_SOURCE_BACKOFF 60   /* seconds: retry_delay_ns at most */
+
 /* Take a write ticket and the membership it is valid for.  Returns the
  * ticket for member_leave_write.
  */
@@ -343,6 +345,21 @@ member_wake_monitor (struct volume *v)
   pthread_cond_broadcast (&v->monitor_cond);
 }
 
+/* How long a leg just failed waits for its first reconnection: a
+ * second, or, if resyncs of it keep ending at a media error of their
+ * last uptodate source (resync-copy.c), twice as long each time, up to
+ * MAX_SOURCE_BACKOFF: the bad range will not heal by itself, and
+ * every attempt costs a generation bump.  v->lock held.
+ */
+static uint64_t
+retry_delay_ns (const struct leg *l)
+{
+  unsigned n = l->source_errors < 6 ? l->source_errors : 6;
+  uint64_t s = (uint64_t) 1 << n;       /* 1, 2, 4 ... 64 */
+
+  return (s < MAX_SOURCE_BACKOFF ? s : MAX_SOURCE_BACKOFF) * 1000000000;
+}
+
 /* Would failing the uptodate leg l leave fewer than keep other legs
  * uptodate?  v->lock held.
  */
@@ -382,7 +399,7 @@ mark_failed_keeping (struct volume *v, struct leg *l, unsigned epoch,
   if (atomic_load (&l->timed_out) != atomic_load (&l->epoch) + 1)
     snprintf (l->last_error, sizeof l->last_error, "%s", reason);
   l->backoff = 0;
-  l->next_attempt_ns = now_ns () + 1000000000;
+  l->next_attempt_ns = now_ns () + retry_delay_ns (l);
   member_set_state (v, l, LEG_FAILED, reason);
   return true;
 }
