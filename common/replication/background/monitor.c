@@ -255,6 +255,7 @@ rejoin_uptodate (struct volume *v, struct leg *l)
       moved = still_failed (l);
       if (moved) {
         l->backoff = 0;
+        l->source_errors = 0;
         l->last_error[0] = '\0';
         member_set_state (v, l, LEG_UPTODATE, "back, holding the generation");
       }
