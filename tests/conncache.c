@@ -10,14 +10,18 @@
  * not make durable what was written on another.  Writes are queued in
  * memory in arrival order, lost when the process dies (kill -9: a
  * power loss).  Reads see every queued write (the cache is coherent for
- * reads).  A flush on connection C writes back C's queued writes, and
+ * reads); with reads=own, a read sees the plugin and only the reading
+ * connection's own queued writes, as the protocol allows too ("clients
+ * must presume that separate connections can cache writes
+ * independently"), and a closing connection writes its queue back.  A
+ * flush on connection C writes back C's queued writes, and
  * before them every older queued write of another connection that
  * overlaps one of them (so that no block goes back in time), in queue
  * order, then flushes the plugin; a FUA write is queued, then written
  * back the same way.  Zero and trim write the whole queue back first
  * (on the safe side), then pass through.  No multi-conn, no block
  * status (all data), no cache.  Closing a connection keeps its queued
- * writes.
+ * writes (but with reads=own).
  *
  * One mutex covers the queue; it is held while the plugin is called
  * (writes back must not interleave with new writes).  Like every
@@ -56,6 +60,24 @@ struct handle {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct entry *head, *tail;       /* oldest first */
 static uint64_t last_id;
+static bool reads_own;                  /* reads=own */
+
+static int write_back (nbdkit_next *next, uint64_t owner, int *err);
+
+/* reads=own|all. */
+static int
+conncache_config (nbdkit_next_config *next, nbdkit_backend *nxdata,
+                  const char *key, const char *value)
+{
+  if (strcmp (key, "reads") != 0)
+    return next (nxdata, key, value);
+  if (strcmp (value, "own") != 0 && strcmp (value, "all") != 0) {
+    nbdkit_error ("reads=%s: own or all", value);
+    return -1;
+  }
+  reads_own = strcmp (value, "own") == 0;
+  return 0;
+}
 
 /* Number the new connection. */
 static void *
@@ -77,7 +99,24 @@ conncache_open (nbdkit_next_open *next, nbdkit_context *ctx, int readonly,
   return h;
 }
 
-/* Forget the connection (its queued writes stay). */
+/* With reads=own, write back the closing connection's queue (its
+ * writes become visible to the others).
+ */
+static int
+conncache_finalize (nbdkit_next *next, void *handle)
+{
+  struct handle *h = handle;
+  int err = 0, r = 0;
+
+  if (reads_own) {
+    pthread_mutex_lock (&lock);
+    r = write_back (next, h->id, &err);
+    pthread_mutex_unlock (&lock);
+  }
+  return r;
+}
+
+/* Forget the connection (its queued writes stay, but with reads=own). */
 static void
 conncache_close (void *handle)
 {
@@ -163,11 +202,14 @@ write_back (nbdkit_next *next, uint64_t owner, int *err)
   return next->flush (next, 0, err);
 }
 
-/* Read from the plugin, then lay the queued writes over it. */
+/* Read from the plugin, then lay the queued writes over it (with
+ * reads=own, only the reading connection's).
+ */
 static int
-conncache_pread (nbdkit_next *next, void *handle UNUSED, void *buf,
+conncache_pread (nbdkit_next *next, void *handle, void *buf,
                  uint32_t count, uint64_t offset, uint32_t flags, int *err)
 {
+  struct handle *h = handle;
   struct entry *e;
   int r;
 
@@ -177,7 +219,7 @@ conncache_pread (nbdkit_next *next, void *handle UNUSED, void *buf,
     uint64_t from = e->offset > offset ? e->offset : offset;
     uint64_t to = e->offset + e->count < offset + count
       ? e->offset + e->count : offset + count;
-    if (from < to)
+    if (from < to && (!reads_own || e->owner == h->id))
       memcpy ((char *) buf + (from - offset), e->data + (from - e->offset),
               to - from);
   }
@@ -260,7 +302,9 @@ conncache_trim (nbdkit_next *next, void *handle UNUSED, uint32_t count,
 static struct nbdkit_filter filter = {
   .name = "conncache",
   .longname = "volatile write cache flushed per connection (tests)",
+  .config = conncache_config,
   .open = conncache_open,
+  .finalize = conncache_finalize,
   .close = conncache_close,
   .can_multi_conn = conncache_no,
   .can_extents = conncache_no,

@@ -19,10 +19,16 @@
  * Checkpoints: every CHECKPOINT_BYTES (or seconds) the target is
  * flushed and only then are the copied runs cleared from the bitmap and
  * the bitmap written: an interrupted resync resumes where it stopped,
- * never past what the target has made durable.  A target whose server
- * does not advertise multi-conn is flushed on every lane too: the NBD
- * protocol lets such a server make durable on a flush only what was
- * written on the same connection (test-safety-resync-lanes-flush.sh).
+ * never past what the target has made durable.
+ *
+ * Lanes only to a leg whose server advertises multi-conn: the NBD
+ * protocol lets any other server cache writes per connection, so that
+ * a flush on one connection need not make durable what another wrote
+ * (test-safety-resync-lanes-flush.sh) and a read on one connection need
+ * not see what another wrote (test-safety-resync-source-conns.sh: a
+ * copy read over a lane missed a client write to the source, and
+ * overwrote the target, which had it, with older data).  A leg without
+ * multi-conn has one shared connection, and the copy goes over it.
  *
  * Rate: resync-rate caps the bytes read and written (zeroes written
  * where the source is sparse are free); while clients are doing I/O it
@@ -234,29 +240,10 @@ clear_copied (struct resync *rs, const struct run *runs, size_t nr)
     bitmap_clear_range (rs->bm, runs[i].first, runs[i].last);
 }
 
-/* Flush the lanes' connections to the target, which the copies were
- * written through, if its server does not advertise multi-conn (see
- * the design note).  Returns 0 or an errno.
- */
-static int
-flush_lanes (struct resync *rs)
-{
-  struct leg_cmd flush = { .op = OP_FLUSH };
-  unsigned i;
-  int e = 0;
-
-  if (rs->target->caps.can_multi_conn)
-    return 0;
-  for (i = 0; i < LANES && e == 0; ++i)
-    if (rs->dst_conns[i])
-      e = copy_endpoint_io (rs->v, &(struct endpoint) {
-          rs->target, rs->dst_conns[i] }, &flush);
-  return e;
-}
-
-/* Flush the target (its lanes, then its shared connections), then
- * clear the runs that were copied before the flush and write the
- * bitmap (see resync-int.h).
+/* Flush the target, then clear the runs that were copied before the
+ * flush and write the bitmap (see resync-int.h).  Its server
+ * advertises multi-conn if the copies went over lanes: the flush on
+ * its shared connection covers them.
  */
 int
 resync_checkpoint (struct resync *rs)
@@ -276,9 +263,7 @@ resync_checkpoint (struct resync *rs)
   rs->last_checkpoint_ns = now_ns ();
   pthread_mutex_unlock (&rs->lock);
 
-  e = flush_lanes (rs);
-  if (e == 0)
-    e = ioreq_sync_io (rs->target, &flush);
+  e = ioreq_sync_io (rs->target, &flush);
   if (e != 0) {
     free (runs);
     member_fail_leg (v, rs->target, EPOCH_ANY,
@@ -467,7 +452,9 @@ resync_close_conns (struct resync *rs)
 }
 
 /* Open LANES private connections to an NBD leg (none for the local
- * leg, which is called directly).
+ * leg, which is called directly, and none to a server without
+ * multi-conn, whose shared connection the copy uses: see the note at
+ * the top).
  */
 int
 resync_open_conns (struct leg *l, struct conn **conns)
@@ -475,7 +462,7 @@ resync_open_conns (struct leg *l, struct conn **conns)
   char err[256];
   unsigned i;
 
-  if (l->local)
+  if (l->local || !l->caps.can_multi_conn)
     return 0;
   for (i = 0; i < LANES; ++i) {
     conns[i] = conn_connect (l, l->v->cfg.timeout, NULL, err, sizeof err);

@@ -65,7 +65,9 @@ extern bool resync_must_stop (struct resync *rs);
  */
 extern int resync_checkpoint (struct resync *rs);
 /* Open LANES private connections to an NBD leg (none for the local
- * leg).  Returns 0 or -1 (the leg's last error says why).
+ * leg, nor for a leg without multi-conn: conns stay NULL and the copy
+ * goes over the leg's shared connection).  Returns 0 or -1 (the leg's
+ * last error says why).
  */
 extern int resync_open_conns (struct leg *l, struct conn **conns);
 /* Close the private connections of both ends. */

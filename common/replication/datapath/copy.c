@@ -76,15 +76,28 @@ add_extent (void *opaque, uint64_t offset, uint64_t length, uint32_t type)
   return 0;
 }
 
+/* Start a request to one endpoint: on the poller of the leg's shared
+ * connections (an asynchronous leg has its own), or the volume's for a
+ * private connection.
+ */
+static void
+init_for (struct ioreq *r, struct volume *v, const struct endpoint *ep)
+{
+  if (ep->conn == NULL)
+    ioreq_init_for_leg (r, ep->leg);
+  else
+    ioreq_init (r, v);
+}
+
 /* Run one command on one endpoint.  Returns 0 or an errno. */
-int
+static int
 copy_endpoint_io (struct volume *v, const struct endpoint *ep,
                   const struct leg_cmd *cmd)
 {
   struct ioreq r;
   int e;
 
-  ioreq_init (&r, v);
+  init_for (&r, v, ep);
   ioreq_submit_on (&r, ep->leg, ep->conn, cmd);
   ioreq_wait (&r);
   e = ioreq_leg_error (&r, ep->leg->index);
@@ -142,7 +155,7 @@ read_data (struct volume *v, const struct endpoint *src,
     if (el->e[i].zero)
       continue;
     rd.op = OP_READ;
-    ioreq_init (&r[n], v);
+    init_for (&r[n], v, src);
     ioreq_submit_on (&r[n], src->leg, src->conn, &rd);
     n++;
   }
@@ -170,7 +183,10 @@ write_targets (struct volume *v, const struct endpoint *dst, size_t nr_dst,
 
   for (i = 0; i < el->nr; ++i) {
     struct leg_cmd wr = extent_cmd (el, i, buf);
-    ioreq_init (&r[i], v);
+    if (nr_dst == 1)
+      init_for (&r[i], v, &dst[0]);
+    else
+      ioreq_init (&r[i], v);
     for (j = 0; j < nr_dst; ++j)
       ioreq_submit_on (&r[i], dst[j].leg, dst[j].conn, &wr);
   }

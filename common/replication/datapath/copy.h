@@ -30,8 +30,6 @@ struct copy_result {
  * failing endpoint in res.
  */
 #define COPY_MAX (4 * 1024 * 1024)
-extern int copy_endpoint_io (struct volume *v, const struct endpoint *ep,
-                             const struct leg_cmd *cmd);
 extern int copy_range (struct volume *v, const struct endpoint *src,
                        const struct endpoint *dst, size_t nr_dst,
                        uint64_t offset, uint32_t len, void *buf,
