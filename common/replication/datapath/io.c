@@ -183,6 +183,24 @@ io_write_locked (struct volume *v, const struct leg_cmd *cmd,
   return err;
 }
 
+/* Does a client request break the minimum block size the clients are
+ * told (the largest of the legs' minimums)?  A leg's server may refuse
+ * such a request with EINVAL, as the NBD protocol allows: a leg that
+ * refused a write another leg took would be failed (and a read would
+ * fail or not depending on the leg chosen), so the controller refuses
+ * it first, as every leg would.  A request may end at the end of the
+ * volume.
+ */
+static bool
+misaligned (struct volume *v, uint64_t offset, uint64_t count)
+{
+  uint32_t min = v->caps.min_block;
+
+  if (min <= 1)
+    return false;
+  return offset % min != 0 || (count % min != 0 && offset + count != v->size);
+}
+
 /* One piece of a write-like request (steps 2 to 8). */
 static int
 write_piece (struct volume *v, const struct leg_cmd *cmd)
@@ -213,6 +231,10 @@ write_request (struct volume *v, struct leg_cmd *cmd, int *err)
       caps_request_max (&v->caps) < piece)
     piece = caps_request_max (&v->caps);
 
+  if (misaligned (v, cmd->offset, cmd->count)) {
+    *err = EINVAL;
+    return -1;
+  }
   atomic_fetch_add_explicit (&v->client_requests, 1, memory_order_relaxed);
   if (cmd->op == OP_WRITE)
     atomic_fetch_add_explicit (&v->client_write_bytes, cmd->count,
@@ -370,6 +392,10 @@ engine_pread (struct volume *v, void *buf, uint32_t count, uint64_t offset,
     .op = OP_READ, .buf = buf, .count = count, .offset = offset,
   };
 
+  if (misaligned (v, offset, count)) {
+    *err = EINVAL;
+    return -1;
+  }
   atomic_fetch_add_explicit (&v->client_requests, 1, memory_order_relaxed);
   return io_read_from_legs (v, &cmd, 0, EIO, err);
 }
