@@ -260,7 +260,11 @@ bs_multi_run (struct bs_multi *m, int timeout_ms)
   if (next >= 0 && next < timeout_ms)
     timeout_ms = next;
   mc = curl_multi_perform (m->cm, &still);
-  if (mc == CURLM_OK)
+  /* Wait only if that perform finished nothing: a transfer it completed
+   * leaves no descriptor to wake the poll, which would sleep out its
+   * whole timeout before we read the result.
+   */
+  if (mc == CURLM_OK && (size_t) still >= m->running)
     mc = curl_multi_poll (m->cm, NULL, 0, timeout_ms, NULL);
   if (mc == CURLM_OK)
     mc = curl_multi_perform (m->cm, &still);
