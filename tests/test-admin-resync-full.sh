@@ -20,8 +20,14 @@
 #      restarted as a full one (the incremental one stopped, the leg
 #      failed and judged again): every chunk of the volume copied or
 #      zeroed.
+#  (c) `nbdrep resync CTL N --full` of the failed leg that may hold the
+#      newest data (no leg uptodate: the volume has failed, and N is a
+#      member of the last recorded generation) answered success, and
+#      the leg came back uptodate without the rebuild (there is no
+#      source).  Now it is refused, saying why, and nothing changes.
 #
-# Three 32 MiB file legs, quorum=2.  After each step the oracle.
+# Three 32 MiB file legs, quorum=2 (then two, for (a) and (c)).  After
+# each step the oracle.
 
 source ./functions.sh
 set -euo pipefail
@@ -100,3 +106,30 @@ if grep -q 'the volume has failed' "$tmpdir/d.log"; then
   exit 1
 fi
 stop_controller d
+
+# (c) The volume failed: leg 1 first, then leg 0, the last to fail.
+ctl=$tmpdir/e.ctl
+for i in 5 6; do start_replica "$i" 32M; done
+start_controller e "$PLUGIN" "$r5_uri" "$r6_uri" control="$ctl" timeout=5
+wait_volume_state 30 "$ctl" healthy
+new_expected "$tmpdir/expected" "$e_uri"
+write_random "$e_uri" "$tmpdir/expected" 0 $(( 2 * MiB ))
+kill_replica 6
+write_random "$e_uri" "$tmpdir/expected" $(( 2 * MiB )) $MiB
+wait_leg_state 10 "$ctl" 1 failed
+kill_replica 5
+"$NBDSH" -u "$e_uri" -c "
+try:
+    h.pwrite(b'x' * 4096, 8 * $MiB)
+    h.flush()
+except nbd.Error:
+    pass
+"
+wait_volume_state 10 "$ctl" failed
+expect_refusal 1 '^nbdrep: resync: leg 0 may hold the newest data (no leg is uptodate, and it is a member of the last recorded generation): a full resync has no source now; ask again once another leg is uptodate$' \
+  resync "$ctl" 0 --full
+restart_replica 5
+wait_leg_state 30 "$ctl" 0 uptodate
+restart_replica 6
+wait_volume_state 30 "$ctl" healthy
+compare_legs "$tmpdir/expected" "$e_uri" "$r5_uri" "$r6_uri"

@@ -353,6 +353,21 @@ recorded_member (struct volume *v, const struct leg *l)
     (v->sb.slots[l->slot].flags & SLOT_MEMBER) != 0;
 }
 
+/* Might the failed leg l hold the newest data: no leg is uptodate (the
+ * volume has failed) and it is a member of the last recorded
+ * generation (recorded_member)?  Nothing could then be resynced to it:
+ * it may be the source.  Takes change_lock and v->lock.
+ */
+bool
+admin_may_hold_newest (struct volume *v, struct leg *l)
+{
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+
+  return atomic_load (&l->state) == LEG_FAILED &&
+    MB_UPTODATE (membership_load (v)) == 0 && recorded_member (v, l);
+}
+
 /* Why a leg may not be removed, or NULL.  change_lock and v->lock
  * held.
  */

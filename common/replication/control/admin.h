@@ -4,6 +4,7 @@
 #ifndef REPLICATE_ADMIN_H
 #define REPLICATE_ADMIN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct volume;
@@ -16,6 +17,7 @@ extern int admin_remove_leg (struct volume *v, unsigned index,
 extern void admin_restart_stale (struct volume *v, struct leg *l,
                                  const char *why);
 extern void admin_refusal_pause (const char *what);
+extern bool admin_may_hold_newest (struct volume *v, struct leg *l);
 extern int admin_set (struct volume *v, const char *key, const char *value,
                        char *err, size_t errlen);
 

@@ -169,6 +169,12 @@ cmd_resync (struct volume *v, const struct ctlreq *r)
                             "the same way again; to rebuild it from the "
                             "volume, nbdrep remove it and nbdrep add its "
                             "URI", l->index, why);
+  if (r->full && admin_may_hold_newest (v, l))
+    return ctl_error_reply ("leg %u may hold the newest data (no leg is "
+                            "uptodate, and it is a member of the last "
+                            "recorded generation): a full resync has no "
+                            "source now; ask again once another leg is "
+                            "uptodate", l->index);
   {
     /* Before the leg is failed: the monitor may judge it at once. */
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
