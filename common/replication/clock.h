@@ -7,6 +7,7 @@
 #ifndef REPLICATE_CLOCK_H
 #define REPLICATE_CLOCK_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -62,6 +63,15 @@ debug_pause (int ms, const char *where, const char *what, const char *flag)
   nanosleep (&(struct timespec) {
       .tv_sec = ms / 1000, .tv_nsec = ms % 1000 * 1000000L }, NULL);
   nbdkit_debug ("%s: pause over", where);
+}
+
+/* debug_pause, the first time only that *done is still false. */
+static inline void
+debug_pause_once (atomic_bool *done, int ms, const char *where,
+                  const char *what, const char *flag)
+{
+  if (ms > 0 && !atomic_exchange (done, true))
+    debug_pause (ms, where, what, flag);
 }
 
 #endif /* REPLICATE_CLOCK_H */

@@ -341,31 +341,27 @@ admin_add_leg (struct volume *v, const char *uri, bool async, char *err,
   return (int) n;
 }
 
-/* Is l a member of the generation last recorded (change_lock held)?
- * When no leg is uptodate (the volume has failed), such a leg is one
- * whose failure could not be recorded: it comes back uptodate when it
- * returns, and may be the only one holding the newest data.
+/* Might l, not uptodate, hold the newest data?  So it might if no leg
+ * is uptodate (the volume has failed) and it is a member of the
+ * generation last recorded: its failure could not be recorded, it comes
+ * back uptodate when it returns, and nothing could be resynced to it.
+ * change_lock and v->lock held.
  */
 static bool
-recorded_member (struct volume *v, const struct leg *l)
+may_hold_newest (struct volume *v, const struct leg *l)
 {
-  return v->metadata && l->slot >= 0 &&
-    (v->sb.slots[l->slot].flags & SLOT_MEMBER) != 0;
+  return MB_UPTODATE (membership_load (v)) == 0 && v->metadata &&
+    l->slot >= 0 && (v->sb.slots[l->slot].flags & SLOT_MEMBER) != 0;
 }
 
-/* Might the failed leg l hold the newest data: no leg is uptodate (the
- * volume has failed) and it is a member of the last recorded
- * generation (recorded_member)?  Nothing could then be resynced to it:
- * it may be the source.  Takes change_lock and v->lock.
- */
+/* may_hold_newest for a failed leg.  Takes change_lock and v->lock. */
 bool
 admin_may_hold_newest (struct volume *v, struct leg *l)
 {
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->change_lock);
   ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
 
-  return atomic_load (&l->state) == LEG_FAILED &&
-    MB_UPTODATE (membership_load (v)) == 0 && recorded_member (v, l);
+  return atomic_load (&l->state) == LEG_FAILED && may_hold_newest (v, l);
 }
 
 /* Why a leg may not be removed, or NULL.  change_lock and v->lock
@@ -381,7 +377,7 @@ remove_refusal (struct volume *v, struct leg *l)
   if (l->held)
     return "it is the source of a running backup";
   if (atomic_load (&l->state) != LEG_UPTODATE) {
-    if (up == 0 && recorded_member (v, l))
+    if (may_hold_newest (v, l))
       return "no leg is uptodate, and it is a member of the last recorded "
         "generation: it may hold the newest data, and without it nothing "
         "could be resynced (bring its server back, or restart the "

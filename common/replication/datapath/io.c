@@ -63,6 +63,7 @@ int replicate_debug_queue_pause = 0;        /* exported by the .syms */
  * membership_publish).  For tests only (test-safety-resync-publish.sh).
  */
 int replicate_debug_ticket_pause = 0;       /* exported by the .syms */
+static atomic_bool ticket_paused;           /* it paused a write */
 
 /* Largest piece a write-like request is cut into. */
 uint64_t
@@ -103,11 +104,10 @@ io_queue_async (struct volume *v, uint16_t async, const struct leg_cmd *cmd)
 {
   static atomic_bool paused;
 
-  if (async != 0 && replicate_debug_queue_pause > 0 &&
-      !atomic_exchange (&paused, true))
-    debug_pause (replicate_debug_queue_pause, "write",
-                 "before it queues for the asynchronous legs",
-                 "queue_pause");
+  if (async != 0)
+    debug_pause_once (&paused, replicate_debug_queue_pause, "write",
+                      "before it queues for the asynchronous legs",
+                      "queue_pause");
   for (; async != 0; async &= async - 1)
     async_enqueue (v, &v->legs[__builtin_ctz (async)], cmd);
 }
@@ -123,18 +123,6 @@ io_discard_async (struct volume *v, uint16_t async, const struct leg_cmd *cmd)
 {
   for (; async != 0; async &= async - 1)
     async_discard (&v->legs[__builtin_ctz (async)], cmd);
-}
-
-/* The ticket_pause of the first write that took a ticket. */
-static void
-ticket_pause (void)
-{
-  static atomic_bool paused;
-
-  if (!atomic_exchange (&paused, true))
-    debug_pause (replicate_debug_ticket_pause, "write",
-                 "before it marks the bitmaps of the absent slots",
-                 "ticket_pause");
 }
 
 /* Steps 3 to 7 of one piece whose range lock the caller holds (verify
@@ -156,8 +144,10 @@ io_write_locked (struct volume *v, const struct leg_cmd *cmd,
   }
 
   ticket = member_enter_write (v, &m);
-  if (MB_ABSENT (m) != 0 && replicate_debug_ticket_pause > 0)
-    ticket_pause ();
+  if (MB_ABSENT (m) != 0)
+    debug_pause_once (&ticket_paused, replicate_debug_ticket_pause, "write",
+                      "before it marks the bitmaps of the absent slots",
+                      "ticket_pause");
   io_mark_absent (v, MB_ABSENT (m), cmd->offset, cmd->count);
   member_leave_write (v, ticket);
   writing = volume_sync_legs (v, MB_WRITING (m));
