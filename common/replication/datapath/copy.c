@@ -91,8 +91,8 @@ init_for (struct ioreq *r, struct volume *v, const struct endpoint *ep)
 
 /* Run one command on one endpoint.  Returns 0 or an errno. */
 static int
-copy_endpoint_io (struct volume *v, const struct endpoint *ep,
-                  const struct leg_cmd *cmd)
+run_on (struct volume *v, const struct endpoint *ep,
+        const struct leg_cmd *cmd)
 {
   struct ioreq r;
   int e;
@@ -117,7 +117,7 @@ source_extents (struct volume *v, const struct endpoint *src,
       .count = (uint32_t) (el->end - el->next),
       .fn = add_extent, .fn_opaque = el,
     };
-    int e = copy_endpoint_io (v, src, &cmd);
+    int e = run_on (v, src, &cmd);
     if (e != 0)
       return e;
     if (el->next == before)       /* nothing usable: call it data */

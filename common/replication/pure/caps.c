@@ -9,9 +9,10 @@
  * (what nbd-client -b 4096 and the page cache use), maximum 32 MiB
  * when no leg gives one or one gives more (nbdkit's blocksize filter
  * says 4 GiB - 1, but nbdkit and libnbd refuse a data request above
- * 64 MiB), and the preferred size clamped between the two.  The maximum is rounded down to a power of two (legal NBD either
- * way, but nbdublk refuses a server whose maximum is not one), unless
- * that would take it below the minimum.
+ * 64 MiB), and the preferred size clamped between the two.  The
+ * maximum is rounded down to a power of two (legal NBD either way, but
+ * nbdublk refuses a server whose maximum is not one), unless that
+ * would take it below the minimum.
  *
  * Trim is forwarded as write-zeroes that may punch holes, so it is
  * advertised only if every leg zeroes natively: emulating it with
