@@ -506,7 +506,11 @@ admin_remove_leg (struct volume *v, unsigned index, char *err, size_t errlen)
     snprintf (err, errlen, "leg %u cannot be removed: %s", index, why);
     return -1;
   }
-  leg_close (l);
+  /* What the leg's server still has to answer, it answers (within a
+   * request's timeout) before it is told goodbye: see
+   * leg_close_answered.
+   */
+  leg_close_answered (l, v->cfg.timeout);
   /* A removed leg is never connected again: an asynchronous leg's
    * sender gives up what it holds (its requests fail at leg_enter from
    * now on) and stops, then its own poller, which has nothing left to

@@ -387,6 +387,18 @@ pause_1ms (void)
   nanosleep (&(struct timespec) { .tv_nsec = 1000000 }, NULL);
 }
 
+/* Does any connection of the leg have commands in flight? */
+static bool
+leg_busy (struct leg *l)
+{
+  unsigned i;
+
+  for (i = 0; i < l->nr_conns; ++i)
+    if (atomic_load (&l->conns[i]->inflight) > 0)
+      return true;
+  return false;
+}
+
 /* Close a leg's connections once nobody can use them any more: wait
  * for the issue window to empty and for every callback to have run
  * (aborting the connections if commands are still in flight).
@@ -395,14 +407,11 @@ void
 leg_close (struct leg *l)
 {
   unsigned i;
-  bool busy = false;
 
   atomic_store (&l->open, false);
   while (atomic_load (&l->users) > 0)
     pause_1ms ();
-  for (i = 0; i < l->nr_conns; ++i)
-    busy |= atomic_load (&l->conns[i]->inflight) > 0;
-  if (busy)
+  if (leg_busy (l))
     leg_shutdown (l);
   for (i = 0; i < l->nr_conns; ++i)
     while (atomic_load (&l->conns[i]->inflight) > 0)
@@ -415,6 +424,27 @@ leg_close (struct leg *l)
     }
     conn_close (c);
   }
+}
+
+/* Close a leg that works, as leg_close does, but only once the
+ * commands in flight have been answered, for up to GRACE seconds:
+ * nbdrep remove.  No new command enters meanwhile (l->open is false),
+ * so the server answers what it has and is then told goodbye.  Cutting
+ * the connections while it still has several answers to send would
+ * make nbdkit before 1.33.10 abort (raw_send_socket), taking the
+ * removed leg's server down with the leg.  A server that answers
+ * nothing within GRACE is cut off as leg_close does.
+ */
+void
+leg_close_answered (struct leg *l, double grace)
+{
+  uint64_t deadline = now_ns () + (uint64_t) (grace * 1e9);
+
+  atomic_store (&l->open, false);
+  while ((atomic_load (&l->users) > 0 || leg_busy (l)) &&
+         now_ns () < deadline)
+    pause_1ms ();
+  leg_close (l);
 }
 
 /* Schedule the next reconnection attempt of a failed leg, doubling

@@ -28,6 +28,7 @@ extern void leg_shutdown (struct leg *l);
  * (aborting the connections if commands are still in flight).
  */
 extern void leg_close (struct leg *l);
+extern void leg_close_answered (struct leg *l, double grace);
 
 /* Hand every connection to the leg's poller (leg_poller). */
 extern int leg_attach (struct leg *l);
