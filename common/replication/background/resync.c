@@ -117,6 +117,101 @@ assign_slot (struct volume *v, struct leg *l)
   return 0;
 }
 
+/* Is the target the storage of another present leg, reached by another
+ * URI (one disk given twice: two servers of one file, two names of one
+ * host)?  A blank disk carries no identity for the monitor to compare
+ * (monitor.c, same_storage_as), so the target's superblock, just
+ * written with its own leg UUID, is read back from it and from every
+ * other open leg that may be written to: one storage holds one newest
+ * superblock, so either the target's does not read back or another
+ * leg's now carries the target's UUID (a leg with no identity yet, a
+ * blank one waiting for its own claim, is left to that claim: the
+ * first claim wins).  Returns that other leg (the
+ * first one found; if the target's own superblock names none, NULL
+ * with *unknown set when it reads back as no leg's), else NULL.
+ * change_lock held, so no other target's claim writes in between.
+ */
+static struct leg *
+same_storage (struct volume *v, struct leg *l, bool *unknown)
+{
+  struct superblock sb;
+  enum meta_status st;
+  char err[160];
+  size_t i;
+
+  *unknown = false;
+  if (metaio_read_sb (l, &sb, &st, err, sizeof err) == -1)
+    return NULL;                /* its failure is the copy's business */
+  if (st == META_OK && memcmp (sb.leg_uuid, l->uuid, 16) != 0) {
+    for (i = 0; i < v->nr_legs; ++i)
+      if (&v->legs[i] != l && !uuid_is_zero (v->legs[i].uuid) &&
+          memcmp (v->legs[i].uuid, sb.leg_uuid, 16) == 0)
+        return &v->legs[i];
+    *unknown = true;
+    return NULL;
+  }
+  for (i = 0; i < v->nr_legs; ++i) {
+    struct leg *o = &v->legs[i];
+    const enum leg_state s = atomic_load (&o->state);
+    if (o == l || !atomic_load (&o->open) || uuid_is_zero (o->uuid) ||
+        s == LEG_FAILED || s == LEG_REMOVED)
+      continue;
+    if (metaio_read_sb (o, &sb, &st, err, sizeof err) == 0 &&
+        st == META_OK && memcmp (sb.leg_uuid, l->uuid, 16) == 0)
+      return o;
+  }
+  return NULL;
+}
+
+/* The target turned out to be another leg's storage: take back the
+ * slot it was just given, and give the other leg its own superblock
+ * again (if it has one: a leg not yet claimed has none to lose).  The
+ * target then fails its resync; judged again by the monitor it carries
+ * the other leg's identity and is refused by name.  change_lock held.
+ */
+static void
+refuse_alias (struct volume *v, struct leg *l, struct leg *o, bool fresh)
+{
+  char a[160], b[160];
+
+  nbdkit_error ("%s and %s are the same storage reached by two URIs: "
+                "%s is refused (never written to again); remove it",
+                leg_name (l, a, sizeof a), leg_name (o, b, sizeof b), a);
+  leg_set_error (l, "the same storage as leg %u", (unsigned) o->index);
+  if (o->slot >= 0 && !uuid_is_zero (o->uuid) &&
+      metaio_write_sb (v, 1u << o->index, NULL) != 0)
+    nbdkit_error ("%s: cannot restore its superblock", b);
+  if (fresh) {
+    __atomic_store_n (&v->sb.slots[l->slot].flags, 0, __ATOMIC_RELAXED);
+    memset (v->sb.slots[l->slot].uuid, 0, 16);
+    ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+    memset (l->uuid, 0, sizeof l->uuid);
+    l->slot = -1;
+  }
+}
+
+/* The target's superblock is written: is it another leg's storage
+ * (same_storage)?  fresh: its slot was given by this claim.  Returns
+ * 0, or -1 (refused, or its superblock does not read back).
+ * change_lock held.
+ */
+static int
+check_alias (struct volume *v, struct leg *l, bool fresh)
+{
+  struct leg *o;
+  bool unknown;
+
+  if ((o = same_storage (v, l, &unknown)) != NULL) {
+    refuse_alias (v, l, o, fresh);
+    return -1;
+  }
+  if (unknown) {
+    leg_set_error (l, "its superblock does not read back");
+    return -1;
+  }
+  return 0;
+}
+
 /* Step 1a (change_lock held): a slot, the bitmap, and the inconsistent
  * flag on the target itself, with the generation its slot's bitmap is
  * to count from for a full resync (the new bm_gen, set by
@@ -127,6 +222,7 @@ claim_target (struct resync *rs)
 {
   struct volume *v = rs->v;
   struct leg *l = rs->target;
+  const bool fresh = l->slot < 0;
 
   if (!v->metadata) {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);   /* as status reads it */
@@ -156,6 +252,8 @@ claim_target (struct resync *rs)
     leg_set_error (l, "cannot mark the leg inconsistent");
     return -1;
   }
+  if (!l->async)
+    return check_alias (v, l, fresh);
   return 0;
 }
 
@@ -185,6 +283,7 @@ static int
 prepare_target (struct resync *rs)
 {
   struct volume *v = rs->v;
+  const bool fresh = rs->target->slot < 0;
   int r;
 
   pthread_mutex_lock (&v->change_lock);
@@ -195,6 +294,13 @@ prepare_target (struct resync *rs)
   if (rs->target->async && async_write_sb (rs->target->aq) != 0) {
     leg_set_error (rs->target, "cannot mark the leg inconsistent");
     return -1;
+  }
+  if (rs->target->async) {
+    pthread_mutex_lock (&v->change_lock);
+    r = check_alias (v, rs->target, fresh);
+    pthread_mutex_unlock (&v->change_lock);
+    if (r == -1)
+      return -1;
   }
   if (rs->full) {
     new_bm_gen (rs);
