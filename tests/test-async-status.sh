@@ -6,7 +6,10 @@
 # behind, catching-up, failed), the lag in bytes and in seconds, the
 # buffer use"; DESIGN.md section 14).  With the leg's server paused and
 # writes queued for it, the status JSON, nbdrep status and nbdrep
-# metrics must each show the leg as asynchronous with its lag.
+# metrics must each show the leg as asynchronous with its lag.  And
+# ps -L shows its threads by name (thread-name.h): the leg's sender
+# and poller beside the volume's monitor, poller, activity log and
+# control socket.
 
 source ./functions.sh
 set -euo pipefail
@@ -27,6 +30,11 @@ start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" async="$r2_uri" \
   control="$ctl"
 wait_volume_state 30 "$ctl" healthy
 wait_until 60 status_check "$ctl" 'leg(2)["async"]["state"] == "replicating"'
+cat /proc/"$(cat "$tmpdir/c.pid")"/task/*/comm | sort | uniq -c
+for name in rep-async2 rep-legpoller rep-monitor rep-poller rep-al \
+            rep-control; do
+  grep -qx "$name" /proc/"$(cat "$tmpdir/c.pid")"/task/*/comm
+done
 
 pause_replica "$pause"
 "$NBDSH" -u "$c_uri" -c "

@@ -45,6 +45,7 @@
 #include "al.h"
 #include "random.h"
 #include "cleanup.h"
+#include "thread-name.h"
 
 #define REFUSED_RETRY 60
 
@@ -661,6 +662,7 @@ monitor_start (struct volume *v)
     nbdkit_error ("pthread_create: %m");
     return -1;
   }
+  thread_name (v->monitor, "rep-monitor");
   v->monitor_running = true;
   return 0;
 }

@@ -67,6 +67,7 @@
 #include "resync-int.h"
 #include "cleanup.h"
 #include "array.h"
+#include "thread-name.h"
 
 /* -D replicate.checkpoint_pause=MS: a checkpoint waits MS milliseconds
  * between its flush of the target and the clearing of the copied runs,
@@ -507,10 +508,10 @@ resync_run_pass (struct resync *rs)
   rs->cursor = 0;
   for (i = 0; i < LANES * COPIERS; ++i) {
     args[i] = (struct lane_arg) { rs, i % LANES };
-    if (pthread_create (&th[i], NULL, lane_thread, &args[i]) == 0)
-      started++;
-    else
+    if (pthread_create (&th[i], NULL, lane_thread, &args[i]) != 0)
       break;
+    thread_name (th[i], "rep-copy%u", rs->target->index);
+    started++;
   }
   for (i = 0; i < started; ++i)
     pthread_join (th[i], NULL);

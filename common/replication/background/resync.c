@@ -50,6 +50,7 @@
 #include "slots.h"
 #include "resync-int.h"
 #include "cleanup.h"
+#include "thread-name.h"
 
 /* -D replicate.finish_pause=MS: the end of a resync waits MS
  * milliseconds between writing every bitmap page to its target and
@@ -572,6 +573,7 @@ resync_start (struct volume *v, struct leg *target, bool full)
       free (rs);
       return -1;
     }
+    thread_name (rs->thread, "rep-resync%u", target->index);
   }
   return 0;
 }

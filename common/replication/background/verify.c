@@ -37,6 +37,7 @@
 #include "io.h"
 #include "verify.h"
 #include "cleanup.h"
+#include "thread-name.h"
 
 /* -D replicate.verify_pause=MS: a verify waits MS milliseconds before
  * taking the lock of its first run, the window in which a leg may stop
@@ -440,6 +441,7 @@ verify_start (struct volume *v, bool repair, int repair_from, int64_t rate,
     snprintf (err, errlen, "cannot create the verify thread");
     return -1;
   }
+  thread_name (vf->thread, "rep-verify");
   return 0;
 }
 

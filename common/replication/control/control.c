@@ -82,6 +82,7 @@
 #include "ctlreq.h"
 #include "backup.h"
 #include "cleanup.h"
+#include "thread-name.h"
 
 #define MAX_CLIENTS 64
 #define MAX_REFUSING 16
@@ -709,6 +710,7 @@ control_start (struct volume *v)
     free (ctl);
     return -1;
   }
+  thread_name (ctl->thread, "rep-control");
   v->control = ctl;
   return 0;
 }

@@ -78,6 +78,7 @@
 #include "engine.h"
 #include "cleanup.h"
 #include "handoff.h"
+#include "thread-name.h"
 
 #define MAX_LISTENERS 16
 
@@ -308,6 +309,7 @@ handoff_start (struct volume *v, handoff_stop_fn stop)
     close (wake_fds[1]);
     return -1;
   }
+  thread_name (thread, "rep-handoff");
   started = true;
   sigemptyset (&sa.sa_mask);
   for (i = 0; i < NR_QUIT_SIGNALS; ++i)

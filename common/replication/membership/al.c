@@ -54,6 +54,7 @@
 #include "metaio.h"
 #include "async.h"
 #include "cleanup.h"
+#include "thread-name.h"
 
 #define AL_HOT      (1u << 31)
 #define AL_PENDING  (1u << 30)
@@ -638,6 +639,7 @@ al_start (struct al *al)
     nbdkit_error ("pthread_create: %m");
     return -1;
   }
+  thread_name (al->thread, "rep-al");
   al->running = true;
   return 0;
 }

@@ -87,6 +87,7 @@
 #include "metaio.h"
 #include "wire.h"
 #include "cleanup.h"
+#include "thread-name.h"
 
 #define GATHER_NS 4000000ULL    /* a batch waits this long for more
                                    (the leg's lag grows by as much; a
@@ -554,6 +555,7 @@ async_start (struct async_leg *aq)
     nbdkit_error ("pthread_create: %m");
     return -1;
   }
+  thread_name (aq->thread, "rep-async%u", aq->l->index);
   aq->running = true;
   return 0;
 }

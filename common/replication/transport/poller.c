@@ -118,6 +118,7 @@
 #include "array.h"
 #include "rangelock.h"
 #include "wire.h"
+#include "thread-name.h"
 
 int replicate_debug_lead = 1;   /* exported by the plugin.syms / filter.syms */
 
@@ -491,6 +492,7 @@ poller_start (struct poller *p)
     nbdkit_error ("pthread_create: %m");
     return -1;
   }
+  thread_name (p->thread, p->own ? "rep-legpoller" : "rep-poller");
   p->thread_running = true;
   return 0;
 }

@@ -74,6 +74,7 @@
 
 #include "ublk-int.h"
 #include "cleanup.h"
+#include "thread-name.h"
 
 /* Wake the queue thread through its eventfd if it waits, once per
  * wake-up.  The caller has published what the queue thread must see
@@ -712,12 +713,14 @@ ublk_queue_run (struct ublk_queue *q)
     nbdkit_error ("ublk=%u: finisher thread: %s", q->u->id, strerror (r));
     return -1;
   }
+  thread_name (q->finisher, "rep-ublk-done");
   q->finisher_started = true;
   r = pthread_create (&q->thread, NULL, queue_thread, q);
   if (r != 0) {
     nbdkit_error ("ublk=%u: queue thread: %s", q->u->id, strerror (r));
     return -1;
   }
+  thread_name (q->thread, "rep-ublk-queue");
   q->thread_started = true;
   for (q->nr_workers = 0; q->nr_workers < w; q->nr_workers++) {
     r = pthread_create (&q->workers[q->nr_workers], NULL, worker_thread, q);
@@ -725,6 +728,7 @@ ublk_queue_run (struct ublk_queue *q)
       nbdkit_error ("ublk=%u: worker thread: %s", q->u->id, strerror (r));
       return -1;
     }
+    thread_name (q->workers[q->nr_workers], "rep-ublk-work");
   }
   return 0;
 }
