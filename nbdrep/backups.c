@@ -271,10 +271,14 @@ close_named_backup (struct named_backup *nb)
 /* ---- backup-delete ----------------------------------------------- */
 
 /* Mark: the blocks the remaining backups of volume name.  NULL if any
- * manifest cannot be read (then nothing may be swept).
+ * manifest cannot be read (then nothing may be swept), or if the
+ * delete lock cannot be kept: it is rewritten when due after each
+ * manifest, as reading them all may outlast a lock's lifetime, and a
+ * backup that found it expired would run and count on blocks that the
+ * sweep, not knowing its manifest, deletes.
  */
 static struct bs_hashset *
-mark_blocks (struct bs_store *s, const char *volume)
+mark_blocks (struct bs_store *s, const char *volume, struct bs_lock *lock)
 {
   struct bs_hashset *h = bs_hashset_new ();
   struct bs_backups l;
@@ -294,7 +298,7 @@ mark_blocks (struct bs_store *s, const char *volume)
         nbdrep_error ("out of memory");
         break;
       }
-    if (m == NULL || i < m->nr_blocks) {
+    if (m == NULL || i < m->nr_blocks || bs_lock_refresh (lock) == -1) {
       bs_hashset_free (h);
       h = NULL;
     }
@@ -361,6 +365,8 @@ sweep_blocks (struct bs_store *s, const char *volume,
   if (prefix == NULL)
     nbdrep_error ("out of memory");
   if (prefix && m)
+    r = bs_lock_refresh (lock);
+  if (r == 0)
     r = bs_list (s, prefix, true, &l);
   for (i = 0; r == 0 && i < l.n; ++i) {
     r = sweep_one (m, prefix, &l.e[i], keep, sw);
@@ -398,10 +404,11 @@ delete_backup (struct bs_store *s, const char *volume, const char *name)
   if (r == BS_OK && bs_delete (s, key) != BS_ERROR) {
     printf ("deleted backup %s of volume %s\n", name, volume);
     fflush (stdout);
-    keep = mark_blocks (s, volume);
+    keep = mark_blocks (s, volume, lock);
     if (keep == NULL)
       nbdrep_error ("no block was swept: the remaining manifests of volume "
-                    "%s could not all be read", volume);
+                    "%s could not all be read, or the delete lock not "
+                    "kept", volume);
     else if (sweep_blocks (s, volume, keep, lock, &sw) == 0)
       ret = 0;
     printf ("swept %" PRIu64 " unreferenced blocks (%s); %" PRIu64

@@ -264,11 +264,23 @@ requires_webdav ()
   requires test -f "$BACKUP_PLUGIN"
 }
 
-# start_nginx: start nginx serving WebDAV from $tmpdir/dav/data.
+# start_nginx [RATE]: start nginx serving WebDAV from $tmpdir/dav/data.
+# With RATE (bytes per second), a manifest (backups/NAME.json) is sent
+# at that rate while the file $tmpdir/slow-manifests exists.
 start_nginx ()
 {
-  local port dir=$tmpdir/dav
+  local port dir=$tmpdir/dav slow=
   port=$(free_port)
+  if [ -n "${1-}" ]; then
+    slow="location ~ /backups/[^/]+\\.json\$ {
+      dav_methods PUT DELETE MKCOL COPY MOVE;
+      dav_ext_methods PROPFIND OPTIONS;
+      create_full_put_path off;
+      set \$rate 0;
+      if (-f $tmpdir/slow-manifests) { set \$rate $1; }
+      limit_rate \$rate;
+    }"
+  fi
   mkdir -p "$dir/data" "$dir/tmp"
   # One process (no master and workers), so that kill_service kills the
   # whole server.
@@ -291,6 +303,7 @@ http {
       dav_ext_methods PROPFIND OPTIONS;
       create_full_put_path off;
     }
+    $slow
   }
 }
 CONF

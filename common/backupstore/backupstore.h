@@ -327,11 +327,12 @@ extern char *bs_find_volume (struct bs_store *s, const char *name,
 
 /* Locks between backups and deletes of one volume: a lock object is
  * written, then the locks are listed; a lock of the other kind written
- * within BS_LOCK_LIFETIME seconds before ours (server times) makes us
- * back off.  Holders refresh theirs every BS_LOCK_REFRESH seconds.
+ * within bs_lock_lifetime () seconds before ours (server times) makes
+ * us back off.  Holders refresh theirs after 2/5 of it.
  */
 #define BS_LOCK_LIFETIME 150
-#define BS_LOCK_REFRESH 60
+/* BS_LOCK_LIFETIME, or NBDREP_LOCK_LIFETIME (tests). */
+extern unsigned bs_lock_lifetime (void);
 struct bs_lock;
 /* Take a lock of kind "backup" or "delete". */
 extern struct bs_lock *bs_lock_take (struct bs_store *s, const char *volume,

@@ -14,9 +14,11 @@
  * backup and a delete that overlap, at least one sees the other's lock
  * and backs off.  A lock is alive while it was written (by the server's
  * clock, compared with the server time of our own lock, so no two
- * clocks are compared) less than BS_LOCK_LIFETIME seconds before ours;
- * its holder rewrites it every BS_LOCK_REFRESH seconds, so a crashed
- * holder's lock expires by itself.
+ * clocks are compared) less than bs_lock_lifetime () seconds before
+ * ours; its holder rewrites it after 2/5 of that, between any two of
+ * its requests, so a crashed holder's lock expires by itself.  The
+ * lifetime is BS_LOCK_LIFETIME, or for tests NBDREP_LOCK_LIFETIME
+ * seconds (every process using the store must be given the same).
  *
  * Threads: as safe as the store's synchronous requests; a bs_lock
  * belongs to the thread that took it.
@@ -233,6 +235,24 @@ lock_write (struct bs_lock *l)
   return 0;
 }
 
+/* How long a lock not rewritten stays alive, in seconds:
+ * BS_LOCK_LIFETIME, or NBDREP_LOCK_LIFETIME (2 to BS_LOCK_LIFETIME),
+ * which lets a test see a lock expire.
+ */
+unsigned
+bs_lock_lifetime (void)
+{
+  const char *env = getenv ("NBDREP_LOCK_LIFETIME");
+  char *end;
+  unsigned long n;
+
+  if (env == NULL || *env == '\0')
+    return BS_LOCK_LIFETIME;
+  n = strtoul (env, &end, 10);
+  return *end == '\0' && n >= 2 && n <= BS_LOCK_LIFETIME
+    ? (unsigned) n : BS_LOCK_LIFETIME;
+}
+
 /* The server time of our lock in a listing, or 0. */
 static time_t
 own_time (const struct bs_list *locks, const char *own)
@@ -258,7 +278,8 @@ live_lock (const struct bs_list *locks, const char *other, time_t ours,
     const struct bs_entry *e = &locks->e[i];
     if (strncmp (e->name, other, len) != 0 || e->name[len] != '-')
       continue;
-    if (ours == 0 || e->mtime == 0 || e->mtime + BS_LOCK_LIFETIME >= ours) {
+    if (ours == 0 || e->mtime == 0 ||
+        e->mtime + (time_t) bs_lock_lifetime () >= ours) {
       *which = e;
       return true;
     }
@@ -304,9 +325,9 @@ report_busy (struct bs_store *s, const char *volume, const char *prefix,
   if (e->mtime && gmtime_r (&e->mtime, &tm))
     strftime (when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
   nbdkit_error ("volume %s in %s: a %s is running (lock %s%s written at "
-                "%s; a lock not rewritten for %d s is ignored)", volume,
+                "%s; a lock not rewritten for %u s is ignored)", volume,
                 bs_store_target (s), other, prefix, e->name, when,
-                BS_LOCK_LIFETIME);
+                bs_lock_lifetime ());
 }
 
 /* Take a lock. */
@@ -351,7 +372,7 @@ bs_lock_take (struct bs_store *s, const char *volume, const char *kind)
 int
 bs_lock_refresh (struct bs_lock *l)
 {
-  if (bs_now () - l->written < BS_LOCK_REFRESH)
+  if (bs_now () - l->written < bs_lock_lifetime () * 0.4)
     return 0;
   return lock_write (l);
 }
