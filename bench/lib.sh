@@ -388,13 +388,26 @@ healthy ()
   timeout 10 "$NBDREP" status "$1" >/dev/null 2>&1
 }
 
-# wait_healthy CTL PID: wait until the volume is healthy (a controller
-# with metadata=none rebuilds legs 1.. at every start).
+# settled CTL: no leg resyncs and every asynchronous leg replicates
+# (its first catch-up, at the start, would otherwise run under the
+# measured requests).
+settled ()
+{
+  timeout 10 "$NBDREP" status --json "$1" 2>/dev/null | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+sys.exit(any(l.get("resync") or
+             (l.get("async") or {}).get("state", "replicating") != "replicating"
+             for l in s["legs"]))'
+}
+
+# wait_healthy CTL PID: wait until the volume is healthy and settled (a
+# controller with metadata=none rebuilds legs 1.. at every start).
 wait_healthy ()
 {
   local deadline=$(( SECONDS + START_TIMEOUT ))
   while [ "$SECONDS" -le "$deadline" ]; do
-    healthy "$1" && return 0
+    healthy "$1" && settled "$1" && return 0
     alive "$2" || return 1
     sleep 0.2
   done

@@ -10,6 +10,11 @@
 #       walking through the region), QD of them in flight, then a clean
 #       disconnect.  All but the N requests is the same for any N, so
 #       (cost(N2) - cost(N1)) / (N2 - N1) is the cost of one request.
+#       With NBDREQ_HOLD=PREFIX in the environment it waits twice, with
+#       the connection open: after the warm-up it creates PREFIX.warm
+#       and goes on once that file is gone, after the N requests
+#       PREFIX.done likewise (at most 10 minutes each): cpucost reads
+#       the server's threads at both points.
 #   nbdreq.py fill URI PERCENT SEED
 #       rebuild: write random bytes into PERCENT % of the 64 KiB chunks of
 #       the export, chosen at random (seeded) over the whole export, the
@@ -24,6 +29,7 @@
 import os
 import random
 import sys
+import time
 
 import nbd
 
@@ -79,6 +85,8 @@ def count(uri, op, n, qd):
     data = b"\xa5" * BLOCK
     for i in range(blocks):
         h.pwrite(data, i * BLOCK)
+    prefix = os.environ.get("NBDREQ_HOLD")
+    hold(prefix, ".warm")
     if qd == 1:
         for i in range(n):
             if op == "write":
@@ -94,7 +102,20 @@ def count(uri, op, n, qd):
             else:
                 p.submit(h.aio_pread, nbd.Buffer(BLOCK), (i % blocks) * BLOCK)
         p.drain()
+    hold(prefix, ".done")
     h.shutdown()
+
+
+def hold(prefix, suffix):
+    """With a prefix: create prefix + suffix, then wait until it is gone
+    (at most 10 minutes)."""
+    if not prefix:
+        return
+    path = prefix + suffix
+    open(path, "w").close()
+    deadline = time.monotonic() + 600
+    while os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def fill(uri, percent, seed):

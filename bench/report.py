@@ -327,7 +327,7 @@ def report_cpucost(path, systems, n1, n2):
     head = ["system", "op", "QD", "front instr", "front w/o async threads",
             "async threads", "volume poller", "front w/o both", "all instr",
             "all / L", "front syscalls", "all syscalls", "all ctx switches",
-            "all CPU us"]
+            "all CPU us", "front CPU us w/o async threads"]
     out = []
     val = {}
     for op in ops:
@@ -342,8 +342,11 @@ def report_cpucost(path, systems, n1, n2):
                     "as": cost("perf", s, op, qd, "all", "v3"),
                     "ac": cost("perf", s, op, qd, "all", "v2"),
                     "at": cost("perf", s, op, qd, "all", "v1") * 1000,
+                    "ft": cost("perf", s, op, qd, "front", "v4") * 1000,
+                    "ca": cost("perf", s, op, qd, "front", "v5") * 1000,
                 }
                 v["fw"] = v["fi"] - v["fa"]
+                v["cw"] = v["ft"] - v["ca"]
                 v["fo"] = v["fw"] - v["fp"]
                 val[(s, op, qd)] = v
                 ref = val.get(("L", op, qd), {}).get("ai", NAN)
@@ -351,7 +354,8 @@ def report_cpucost(path, systems, n1, n2):
                             fmt(v["fa"]), fmt(v["fp"]), fmt(v["fo"]),
                             fmt(v["ai"]),
                             fmtr(ratio(v["ai"], ref)), fmt(v["fs"]),
-                            fmt(v["as"]), fmt(v["ac"]), fmt(v["at"])])
+                            fmt(v["as"]), fmt(v["ac"]), fmt(v["at"]),
+                            fmt(v["cw"])])
     table(head, out, right=2)
 
     pairs = [(a, b) for a, b in (("C1", "P1"), ("C1f", "P1"), ("C3", "Q3"),
@@ -369,11 +373,12 @@ def report_cpucost(path, systems, n1, n2):
                     x, y = val[(a, op, qd)], val[(b, op, qd)]
                     out.append(["%s / %s" % (a, b), op, qd] +
                                [fmtr(ratio(x[k], y[k])) for k in
-                                ("fi", "fw", "fo", "ai", "fs", "as", "ac")])
+                                ("fi", "fw", "fo", "ai", "fs", "as", "ac",
+                                 "cw")])
         table(["comparison", "op", "QD", "front instr",
                "front w/o async threads", "front w/o both", "all instr",
-               "front syscalls", "all syscalls", "all ctx switches"], out,
-              right=2)
+               "front syscalls", "all syscalls", "all ctx switches",
+               "front CPU w/o async threads"], out, right=2)
     if ("C2A", "C2") in pairs:
         print()
         for op in ops:
@@ -391,6 +396,12 @@ def report_cpucost(path, systems, n1, n2):
                           fmtr(ratio(x["fo"], y["fo"])), x["fo"] - y["fo"],
                           fmtr(ratio(x["fi"], y["fi"])),
                           fmtr(ratio(x["ai"], y["ai"]))))
+                r = ratio(x["cw"], y["cw"])
+                print("  The same in CPU time, user and kernel (schedstat"
+                      " of the front-end's threads but the async leg's,"
+                      " read with the client connected), %s QD%s: %s"
+                      " (%+.2f us per request, of %.2f)" % (
+                          op, qd, fmtr(r), x["cw"] - y["cw"], y["cw"]))
     if spreads:
         print()
         print("Spread over repetitions, (max - min) / median:")
