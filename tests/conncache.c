@@ -269,19 +269,28 @@ conncache_flush (nbdkit_next *next, void *handle, uint32_t flags UNUSED,
   return r;
 }
 
-/* Write back everything, then zero. */
+/* Write back everything, then zero (zero: true) or trim the range. */
 static int
-conncache_zero (nbdkit_next *next, void *handle UNUSED, uint32_t count,
-                uint64_t offset, uint32_t flags, int *err)
+write_back_then (nbdkit_next *next, bool zero, uint32_t count,
+                 uint64_t offset, uint32_t flags, int *err)
 {
   int r;
 
   pthread_mutex_lock (&lock);
   r = write_back (next, 0, err);
   if (r == 0)
-    r = next->zero (next, count, offset, flags, err);
+    r = zero ? next->zero (next, count, offset, flags, err)
+      : next->trim (next, count, offset, flags, err);
   pthread_mutex_unlock (&lock);
   return r;
+}
+
+/* Write back everything, then zero. */
+static int
+conncache_zero (nbdkit_next *next, void *handle UNUSED, uint32_t count,
+                uint64_t offset, uint32_t flags, int *err)
+{
+  return write_back_then (next, true, count, offset, flags, err);
 }
 
 /* Write back everything, then trim. */
@@ -289,14 +298,7 @@ static int
 conncache_trim (nbdkit_next *next, void *handle UNUSED, uint32_t count,
                 uint64_t offset, uint32_t flags, int *err)
 {
-  int r;
-
-  pthread_mutex_lock (&lock);
-  r = write_back (next, 0, err);
-  if (r == 0)
-    r = next->trim (next, count, offset, flags, err);
-  pthread_mutex_unlock (&lock);
-  return r;
+  return write_back_then (next, false, count, offset, flags, err);
 }
 
 static struct nbdkit_filter filter = {
