@@ -10,8 +10,10 @@
 #                   (tempauth's test:tester, whose colon libcurl must
 #                   pass through intact)
 #   s3_request VERB BUCKET/KEY [FILE]   a signed request with curl(1)
-#   start_nginx     nginx with WebDAV (PUT, DELETE, MKCOL, PROPFIND);
+#   start_nginx [RATE]  nginx with WebDAV (PUT, DELETE, MKCOL, PROPFIND);
 #                   sets DAV_URL and DAV_ROOT (its files)
+#   backup NAME / restores NAME...   a backup saved beside its image,
+#                   and the check that it restores (backup-delete tests)
 #   stop_service NAME / kill_service NAME   stop (SIGTERM) or kill -9
 #                   one service started here and wait for it
 #
@@ -252,6 +254,31 @@ s3_request ()
          "${S3_ENDPOINT#http://}" "$path" |
     curl -sSf -K - -X "$verb" --aws-sigv4 "aws:amz:us-east-1:s3" \
       -H "x-amz-content-sha256: $hash" "${body[@]}"
+}
+
+# For the tests of backup-delete, which set c_uri (the controller), ctl
+# (its control socket), T (the store) and bs (nbdrep backup's options):
+# backup NAME ARGS...: a backup of the volume as it is now (its image
+# saved as $tmpdir/NAME.img), then leg 1 back from its hold.
+backup ()
+{
+  local name=$1
+  shift
+  "$NBDCOPY" "$c_uri" "$tmpdir/$name.img" || return 1
+  "$NBDREP" backup "$ctl" "$T" "${bs[@]}" --name "$name" "$@" || return 1
+  wait_leg_state 30 "$ctl" 1 uptodate
+}
+
+# restores NAME...: each backup restores byte for byte and verifies.
+restores ()
+{
+  local name
+  for name in "$@"; do
+    backup_nbdkit "$T" name="$name" \
+      --run "'$NBDCOPY' \"\$uri\" '$tmpdir/restored.img'" || return 1
+    cmp "$tmpdir/$name.img" "$tmpdir/restored.img" || return 1
+    "$NBDREP" backup-verify "$T" "$name" || return 1
+  done
 }
 
 # requires_webdav: skip unless nginx with WebDAV, curl and the restore

@@ -45,24 +45,6 @@ with open('$1', 'rb') as f:
     h.pwrite(f.read(), 0)
 h.flush()"
 }
-# backup NAME ARGS...: a backup of the volume as it is now (saved as
-# NAME.img), then leg 1 back from its hold.
-backup () {
-  local name=$1
-  shift
-  "$NBDCOPY" "$c_uri" "$tmpdir/$name.img"
-  "$NBDREP" backup "$ctl" "$T" "${bs[@]}" --name "$name" "$@"
-  wait_leg_state 30 "$ctl" 1 uptodate
-}
-# restores NAME...: each backup restores byte for byte.
-restores () {
-  local name
-  for name in "$@"; do
-    backup_nbdkit "$T" name="$name" \
-      --run "'$NBDCOPY' \"\$uri\" '$tmpdir/restored.img'"
-    cmp "$tmpdir/$name.img" "$tmpdir/restored.img"
-  done
-}
 
 head -c $(( 64 * K )) /dev/urandom >"$tmpdir/A"
 head -c $(( 64 * K )) /dev/urandom >"$tmpdir/B"

@@ -50,25 +50,6 @@ import os
 h.pwrite(os.urandom($2), $1)
 h.flush()"
 }
-# backup NAME ARGS...: a backup of the volume as it is now (saved as
-# NAME.img), then leg 1 back from its hold.
-backup () {
-  local name=$1
-  shift
-  "$NBDCOPY" "$c_uri" "$tmpdir/$name.img"
-  "$NBDREP" backup "$ctl" "$T" "${bs[@]}" --name "$name" "$@"
-  wait_leg_state 30 "$ctl" 1 uptodate
-}
-# restores NAME...: each backup restores byte for byte and verifies.
-restores () {
-  local name
-  for name in "$@"; do
-    backup_nbdkit "$T" name="$name" \
-      --run "'$NBDCOPY' \"\$uri\" '$tmpdir/restored.img'"
-    cmp "$tmpdir/$name.img" "$tmpdir/restored.img"
-    "$NBDREP" backup-verify "$T" "$name"
-  done
-}
 # blocks: the block files in the store, sorted.
 blocks () { (cd "$blockdir" && find . -name '*.zst' | sort); }
 more_blocks_than () { [ "$(blocks | wc -l)" -gt "$1" ]; }
