@@ -130,10 +130,17 @@ assign_slot (struct volume *v, struct leg *l)
  * first claim wins).  Returns that other leg (the
  * first one found; if the target's own superblock names none, NULL
  * with *unknown set when it reads back as no leg's), else NULL.
- * change_lock held, so no other target's claim writes in between.
+ *
+ * In two rounds, as the legs may be read: the synchronous legs with
+ * change_lock held (async false), so no other target's claim writes in
+ * between; the asynchronous ones without it (async true), since no I/O
+ * to an asynchronous leg is made under change_lock (async-sender.c: a
+ * slow or stuck one must not hold up the volume's membership changes,
+ * hence its client writes).  The target's own superblock is read in
+ * the round of its kind.
  */
 static struct leg *
-same_storage (struct volume *v, struct leg *l, bool *unknown)
+same_storage (struct volume *v, struct leg *l, bool async, bool *unknown)
 {
   struct superblock sb;
   enum meta_status st;
@@ -141,21 +148,23 @@ same_storage (struct volume *v, struct leg *l, bool *unknown)
   size_t i;
 
   *unknown = false;
-  if (metaio_read_sb (l, &sb, &st, err, sizeof err) == -1)
-    return NULL;                /* its failure is the copy's business */
-  if (st == META_OK && memcmp (sb.leg_uuid, l->uuid, 16) != 0) {
-    for (i = 0; i < v->nr_legs; ++i)
-      if (&v->legs[i] != l && !uuid_is_zero (v->legs[i].uuid) &&
-          memcmp (v->legs[i].uuid, sb.leg_uuid, 16) == 0)
-        return &v->legs[i];
-    *unknown = true;
-    return NULL;
+  if (l->async == async) {
+    if (metaio_read_sb (l, &sb, &st, err, sizeof err) == -1)
+      return NULL;              /* its failure is the copy's business */
+    if (st == META_OK && memcmp (sb.leg_uuid, l->uuid, 16) != 0) {
+      for (i = 0; i < v->nr_legs; ++i)
+        if (&v->legs[i] != l && !uuid_is_zero (v->legs[i].uuid) &&
+            memcmp (v->legs[i].uuid, sb.leg_uuid, 16) == 0)
+          return &v->legs[i];
+      *unknown = true;
+      return NULL;
+    }
   }
   for (i = 0; i < v->nr_legs; ++i) {
     struct leg *o = &v->legs[i];
     const enum leg_state s = atomic_load (&o->state);
-    if (o == l || !atomic_load (&o->open) || uuid_is_zero (o->uuid) ||
-        s == LEG_FAILED || s == LEG_REMOVED)
+    if (o == l || o->async != async || !atomic_load (&o->open) ||
+        uuid_is_zero (o->uuid) || s == LEG_FAILED || s == LEG_REMOVED)
       continue;
     if (metaio_read_sb (o, &sb, &st, err, sizeof err) == 0 &&
         st == META_OK && memcmp (sb.leg_uuid, l->uuid, 16) == 0)
@@ -169,8 +178,11 @@ same_storage (struct volume *v, struct leg *l, bool *unknown)
  * again (if it has one: a leg not yet claimed has none to lose).  The
  * target then fails its resync; judged again by the monitor it carries
  * the other leg's identity and is refused by name.  change_lock held.
+ * Returns true if the other leg is asynchronous and its superblock is
+ * for the caller to write, with async_write_sb once change_lock is
+ * released.
  */
-static void
+static bool
 refuse_alias (struct volume *v, struct leg *l, struct leg *o, bool fresh)
 {
   char a[160], b[160];
@@ -179,9 +191,12 @@ refuse_alias (struct volume *v, struct leg *l, struct leg *o, bool fresh)
                 "%s is refused (never written to again); remove it",
                 leg_name (l, a, sizeof a), leg_name (o, b, sizeof b), a);
   leg_set_error (l, "the same storage as leg %u", (unsigned) o->index);
-  if (o->slot >= 0 && !uuid_is_zero (o->uuid) &&
-      metaio_write_sb (v, 1u << o->index, NULL) != 0)
-    nbdkit_error ("%s: cannot restore its superblock", b);
+  /* The slot first: the superblock written next is built from the
+   * slot table, and on the other leg's disk (an uptodate leg's, the
+   * copy that survives a restart) a slot still assigned to the
+   * refused leg would stay assigned for ever, an absent orphan that
+   * every write marks.
+   */
   if (fresh) {
     __atomic_store_n (&v->sb.slots[l->slot].flags, 0, __ATOMIC_RELAXED);
     memset (v->sb.slots[l->slot].uuid, 0, 16);
@@ -189,21 +204,32 @@ refuse_alias (struct volume *v, struct leg *l, struct leg *o, bool fresh)
     memset (l->uuid, 0, sizeof l->uuid);
     l->slot = -1;
   }
+  if (o->slot < 0 || uuid_is_zero (o->uuid))
+    return false;
+  if (o->aq)
+    return true;
+  if (metaio_write_sb (v, 1u << o->index, NULL) != 0)
+    nbdkit_error ("%s: cannot restore its superblock", b);
+  return false;
 }
 
-/* The target's superblock is written: is it another leg's storage
- * (same_storage)?  fresh: its slot was given by this claim.  Returns
- * 0, or -1 (refused, or its superblock does not read back).
- * change_lock held.
+/* The target's superblock is written: is it another synchronous leg's
+ * storage (same_storage, its first round)?  fresh: its slot was given
+ * by this claim.  Returns 0, or -1 (refused, or its superblock does
+ * not read back).  An asynchronous leg whose superblock is to be
+ * written again (refuse_alias) is left in *restore, for the caller
+ * once change_lock is released.  change_lock held.
  */
 static int
-check_alias (struct volume *v, struct leg *l, bool fresh)
+check_alias (struct volume *v, struct leg *l, bool fresh,
+             struct leg **restore)
 {
   struct leg *o;
   bool unknown;
 
-  if ((o = same_storage (v, l, &unknown)) != NULL) {
-    refuse_alias (v, l, o, fresh);
+  if ((o = same_storage (v, l, false, &unknown)) != NULL) {
+    if (refuse_alias (v, l, o, fresh))
+      *restore = o;
     return -1;
   }
   if (unknown) {
@@ -213,13 +239,43 @@ check_alias (struct volume *v, struct leg *l, bool fresh)
   return 0;
 }
 
+/* The second round (same_storage): is the target an asynchronous
+ * leg's storage, or, asynchronous itself, does its own superblock read
+ * back?  change_lock not held; taken to refuse, if the target still has
+ * the identity that was looked for.  Returns 0 or -1.
+ */
+static int
+check_alias_async (struct volume *v, struct leg *l, bool fresh)
+{
+  uint8_t uuid[16];
+  struct leg *o;
+  bool unknown, write_o = false, same;
+  char b[160];
+
+  memcpy (uuid, l->uuid, 16);
+  o = same_storage (v, l, true, &unknown);
+  if (o == NULL && !unknown)
+    return 0;
+  pthread_mutex_lock (&v->change_lock);
+  same = memcmp (l->uuid, uuid, 16) == 0;
+  if (same && o)
+    write_o = refuse_alias (v, l, o, fresh);
+  else if (same)
+    leg_set_error (l, "its superblock does not read back");
+  pthread_mutex_unlock (&v->change_lock);
+  if (write_o && async_write_sb (o->aq) != 0)
+    nbdkit_error ("%s: cannot restore its superblock",
+                  leg_name (o, b, sizeof b));
+  return -1;
+}
+
 /* Step 1a (change_lock held): a slot, the bitmap, and the inconsistent
  * flag on the target itself, with the generation its slot's bitmap is
  * to count from for a full resync (the new bm_gen, set by
  * new_bm_gen once the target holds it).
  */
 static int
-claim_target (struct resync *rs)
+claim_target (struct resync *rs, struct leg **restore)
 {
   struct volume *v = rs->v;
   struct leg *l = rs->target;
@@ -254,7 +310,7 @@ claim_target (struct resync *rs)
     return -1;
   }
   if (!l->async)
-    return check_alias (v, l, fresh);
+    return check_alias (v, l, fresh, restore);
   return 0;
 }
 
@@ -285,24 +341,27 @@ prepare_target (struct resync *rs)
 {
   struct volume *v = rs->v;
   const bool fresh = rs->target->slot < 0;
+  struct leg *restore = NULL;
   int r;
 
   pthread_mutex_lock (&v->change_lock);
-  r = claim_target (rs);
+  r = claim_target (rs, &restore);
   pthread_mutex_unlock (&v->change_lock);
   if (r == -1 || !v->metadata)
-    return r;
+    goto out;
   if (rs->target->async && async_write_sb (rs->target->aq) != 0) {
     leg_set_error (rs->target, "cannot mark the leg inconsistent");
     return -1;
   }
   if (rs->target->async) {
     pthread_mutex_lock (&v->change_lock);
-    r = check_alias (v, rs->target, fresh);
+    r = check_alias (v, rs->target, fresh, &restore);
     pthread_mutex_unlock (&v->change_lock);
     if (r == -1)
-      return -1;
+      goto out;
   }
+  if (check_alias_async (v, rs->target, fresh) == -1)
+    return -1;
   if (rs->full) {
     new_bm_gen (rs);
     debug_pause (replicate_debug_claim_pause, "resync claim",
@@ -315,6 +374,16 @@ prepare_target (struct resync *rs)
   r = metaio_bump (v);
   pthread_mutex_unlock (&v->change_lock);
   member_change_end (v);
+  return r;
+ out:
+  /* An asynchronous leg whose disk the target turned out to be gets
+   * its own superblock back, not under change_lock (refuse_alias).
+   */
+  if (restore && async_write_sb (restore->aq) != 0) {
+    char b[160];
+    nbdkit_error ("%s: cannot restore its superblock",
+                  leg_name (restore, b, sizeof b));
+  }
   return r;
 }
 
