@@ -31,8 +31,11 @@ len=$(( 64 * 1024 ))
 start_replica 0 32M
 start_replica 1 32M
 start_replica 2 32M -- --filter="$FAULTINJECT" rules="$rules" log="$faults"
+# timeout=3: nbdrep remove waits up to timeout= for the leg's requests
+# in flight to be answered (leg_close_answered); W1, held 8 s, must
+# outlast that wait, so that its connection is cut with W1 unanswered.
 start_controller c "$PLUGIN" "$r0_uri" "$r1_uri" async="$r2_uri" \
-  control="$ctl"
+  control="$ctl" timeout=3
 wait_volume_state 30 "$ctl" healthy
 wait_until 60 status_check "$ctl" 'leg(2)["async"]["state"] == "replicating"'
 new_expected "$expected" "$c_uri"
