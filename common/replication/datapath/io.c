@@ -214,10 +214,15 @@ write_request (struct volume *v, struct leg_cmd *cmd, int *err)
   uint64_t end = cmd->offset + cmd->count;
   int e;
 
-  /* A leg without native write-zeroes gets writes of zeroes: within the
-   * maximum block size when a leg declared one.
+  /* A write, and a zero that a leg without native write-zeroes gets as
+   * writes of zeroes (when a leg declared a maximum), go out within the
+   * maximum block size the clients were told, which every leg accepts
+   * (caps_leg_fits).  A client may send more (nbdkit 1.32 and libnbd
+   * 1.14 do not enforce the maximum): a leg whose server enforces a
+   * smaller one would refuse what the others took, and be failed.
    */
-  if (cmd->op == OP_ZERO && !v->caps.trim && v->caps.max_block != 0 &&
+  if ((cmd->op == OP_WRITE ||
+       (cmd->op == OP_ZERO && !v->caps.trim && v->caps.max_block != 0)) &&
       caps_request_max (&v->caps) < piece)
     piece = caps_request_max (&v->caps);
 
@@ -382,11 +387,25 @@ engine_pread (struct volume *v, void *buf, uint32_t count, uint64_t offset,
     .op = OP_READ, .buf = buf, .count = count, .offset = offset,
   };
 
+  uint32_t piece = caps_request_max (&v->caps);
+
   if (misaligned (v, offset, count)) {
     *err = EINVAL;
     return -1;
   }
   atomic_fetch_add_explicit (&v->client_requests, 1, memory_order_relaxed);
+  /* Within the maximum block size the clients were told, as writes
+   * (write_request): a leg that enforces it would refuse more.
+   */
+  while (count > piece) {
+    cmd.count = piece;
+    if (io_read_from_legs (v, &cmd, 0, EIO, err) == -1)
+      return -1;
+    cmd.buf = (char *) cmd.buf + piece;
+    cmd.offset += piece;
+    count -= piece;
+  }
+  cmd.count = count;
   return io_read_from_legs (v, &cmd, 0, EIO, err);
 }
 

@@ -139,13 +139,34 @@ alloc_leg_buffers (struct volume *v)
   return 0;
 }
 
-/* Write zeroes over the data area of every leg (init=zero). */
+/* Combine what the open legs can do into what the client is told. */
+static void
+negotiate (struct volume *v)
+{
+  const struct leg_caps *caps[MAX_LEGS];
+  size_t i, n = 0;
+
+  for (i = 0; i < v->nr_legs; ++i)
+    if (atomic_load (&v->legs[i].open))
+      caps[n++] = &v->legs[i].caps;
+  caps_combine (caps, n, &v->caps);
+}
+
+/* Write zeroes over the data area of every leg (init=zero).  A leg
+ * without native write-zeroes gets writes of zeroes: within the
+ * maximum block size when a leg declared one, as on the data path
+ * (io.c).
+ */
 static int
 zero_all_legs (struct volume *v)
 {
   uint64_t off, step = 64 * 1024 * 1024;
   size_t i;
 
+  negotiate (v);
+  if (!v->caps.trim && v->caps.max_block != 0 &&
+      caps_request_max (&v->caps) < step)
+    step = caps_request_max (&v->caps);
   nbdkit_debug ("init=zero: zeroing %" PRIu64 " bytes on every leg", v->size);
   for (off = 0; off < v->size; off += step) {
     uint64_t n = v->size - off < step ? v->size - off : step;
@@ -501,19 +522,6 @@ check_identities (struct volume *v, uint16_t legs)
     return -1;
   }
   return 0;
-}
-
-/* Combine what the open legs can do into what the client is told. */
-static void
-negotiate (struct volume *v)
-{
-  const struct leg_caps *caps[MAX_LEGS];
-  size_t i, n = 0;
-
-  for (i = 0; i < v->nr_legs; ++i)
-    if (atomic_load (&v->legs[i].open))
-      caps[n++] = &v->legs[i].caps;
-  caps_combine (caps, n, &v->caps);
 }
 
 /* Start with metadata=internal. */

@@ -17,6 +17,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -213,6 +214,18 @@ leg_open (struct leg *l, double wait, bool *refused, char *err,
   atomic_fetch_add (&l->epoch, 1);
   if (!l->caps.can_write) {
     snprintf (err, errlen, "the leg is read-only");
+    leg_close (l);
+    return -1;
+  }
+  /* The metadata is written in records of META_BLOCK bytes at
+   * META_BLOCK-aligned distances from the leg's end: a server that
+   * refuses smaller requests cannot hold it.
+   */
+  if (l->v->metadata && l->caps.min_block > META_BLOCK) {
+    snprintf (err, errlen, "its minimum block size %" PRIu32 " is above "
+              "%d, the size of the metadata records written to every leg "
+              "(serve it with a minimum of at most %d)", l->caps.min_block,
+              META_BLOCK, META_BLOCK);
     leg_close (l);
     return -1;
   }
