@@ -12,7 +12,13 @@
  *      once its superblock holds the generation it is to count from,
  *      its slot's bm_gen is that generation; the bitmap is written
  *      (every page, under the new bm_gen) before any superblock records
- *      it (metaio_defer_bm_gen), then the generation is bumped;
+ *      it (metaio_defer_bm_gen), then the generation is bumped.  Once
+ *      the target's new superblock is written, and before its bitmap,
+ *      it is read back from the target and from every other leg, so
+ *      that one disk reached by two URIs is refused as it joins
+ *      (same_storage: synchronous legs under change_lock, asynchronous
+ *      ones without it, as no I/O to an asynchronous leg is made under
+ *      change_lock);
  *   2. it starts receiving client writes (membership published, which
  *      waits until every write that did not go to it has marked its
  *      bitmap);
