@@ -119,7 +119,7 @@ restart_replica 0
 wait_leg_state 15 "$ctl" 0 uptodate
 test "$(leg_state "$ctl" 1)" = failed
 test "$(last_resync 0)" = None
-tail -n +"$(( lines + 1 ))" "$tmpdir/c.log" | grep -q 'leg 0 .* is back, up to date'
+tail -n +"$(( lines + 1 ))" "$tmpdir/c.log" | grep 'leg 0 .* is back, up to date'
 compare_legs "$tmpdir/expected" "$c_uri"
 restart_replica 1
 wait_volume_state 30 "$ctl" healthy
