@@ -40,6 +40,7 @@
 #include "leg.h"
 #include "member.h"
 #include "metaio.h"
+#include "slots.h"
 #include "resync.h"
 #include "async.h"
 #include "al.h"
@@ -56,19 +57,16 @@ static bool
 same_storage_as (struct volume *v, struct leg *l, const uint8_t *uuid,
                  char *why, size_t len)
 {
-  size_t i;
+  const struct leg *o;
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
 
-  for (i = 0; i < v->nr_legs; ++i) {
-    struct leg *o = &v->legs[i];
-    if (o != l && atomic_load (&o->state) != LEG_REMOVED &&
-        !uuid_is_zero (o->uuid) && memcmp (o->uuid, uuid, 16) == 0) {
-      snprintf (why, len, "carries the identity of leg %zu (its superblock "
-                "has that leg's UUID: the same storage, or a copy of its "
-                "disk): never written to", i);
-      return true;
-    }
-  }
-  return false;
+  o = slots_leg_of_uuid (v, l, uuid);
+  if (o == NULL)
+    return false;
+  snprintf (why, len, "carries the identity of leg %u (its superblock "
+            "has that leg's UUID: the same storage, or a copy of its "
+            "disk): never written to", (unsigned) o->index);
+  return true;
 }
 
 /* Judge a returning leg's superblock sb against the volume's, which a

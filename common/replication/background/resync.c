@@ -124,6 +124,20 @@ assign_slot (struct volume *v, struct leg *l)
   return 0;
 }
 
+/* Is leg o one whose superblock a target's claim must read back: open,
+ * not failed or removed, with an identity?  Its UUID is read under
+ * v->lock, as the asynchronous round runs without change_lock.
+ */
+static bool
+may_share_storage (struct volume *v, struct leg *o)
+{
+  const enum leg_state s = atomic_load (&o->state);
+  ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+
+  return atomic_load (&o->open) && s != LEG_FAILED && s != LEG_REMOVED &&
+    !uuid_is_zero (o->uuid);
+}
+
 /* Is the target the storage of another present leg, reached by another
  * URI (one disk given twice: two servers of one file, two names of one
  * host)?  A blank disk carries no identity for the monitor to compare
@@ -158,19 +172,15 @@ same_storage (struct volume *v, struct leg *l, bool async, bool *unknown)
     if (metaio_read_sb (l, &sb, &st, err, sizeof err) == -1)
       return NULL;              /* its failure is the copy's business */
     if (st == META_OK && memcmp (sb.leg_uuid, l->uuid, 16) != 0) {
-      for (i = 0; i < v->nr_legs; ++i)
-        if (&v->legs[i] != l && !uuid_is_zero (v->legs[i].uuid) &&
-            memcmp (v->legs[i].uuid, sb.leg_uuid, 16) == 0)
-          return &v->legs[i];
-      *unknown = true;
-      return NULL;
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+      struct leg *o = slots_leg_of_uuid (v, l, sb.leg_uuid);
+      *unknown = o == NULL;
+      return o;
     }
   }
   for (i = 0; i < v->nr_legs; ++i) {
     struct leg *o = &v->legs[i];
-    const enum leg_state s = atomic_load (&o->state);
-    if (o == l || o->async != async || !atomic_load (&o->open) ||
-        uuid_is_zero (o->uuid) || s == LEG_FAILED || s == LEG_REMOVED)
+    if (o == l || o->async != async || !may_share_storage (v, o))
       continue;
     if (metaio_read_sb (o, &sb, &st, err, sizeof err) == 0 &&
         st == META_OK && memcmp (sb.leg_uuid, l->uuid, 16) == 0)
@@ -219,6 +229,19 @@ refuse_alias (struct volume *v, struct leg *l, struct leg *o, bool fresh)
   return false;
 }
 
+/* Give an asynchronous leg whose disk a refused target turned out to be
+ * its own superblock back (refuse_alias), change_lock not held.
+ */
+static void
+restore_async_sb (struct leg *o)
+{
+  char b[160];
+
+  if (async_write_sb (o->aq) != 0)
+    nbdkit_error ("%s: cannot restore its superblock",
+                  leg_name (o, b, sizeof b));
+}
+
 /* The target's superblock is written: is it another synchronous leg's
  * storage (same_storage, its first round)?  fresh: its slot was given
  * by this claim.  Returns 0, or -1 (refused, or its superblock does
@@ -256,7 +279,6 @@ check_alias_async (struct volume *v, struct leg *l, bool fresh)
   uint8_t uuid[16];
   struct leg *o;
   bool unknown, write_o = false, same;
-  char b[160];
 
   memcpy (uuid, l->uuid, 16);
   o = same_storage (v, l, true, &unknown);
@@ -269,23 +291,23 @@ check_alias_async (struct volume *v, struct leg *l, bool fresh)
   else if (same)
     leg_set_error (l, "its superblock does not read back");
   pthread_mutex_unlock (&v->change_lock);
-  if (write_o && async_write_sb (o->aq) != 0)
-    nbdkit_error ("%s: cannot restore its superblock",
-                  leg_name (o, b, sizeof b));
+  if (write_o)
+    restore_async_sb (o);
   return -1;
 }
 
 /* Step 1a (change_lock held): a slot, the bitmap, and the inconsistent
  * flag on the target itself, with the generation its slot's bitmap is
  * to count from for a full resync (the new bm_gen, set by
- * new_bm_gen once the target holds it).
+ * new_bm_gen once the target holds it).  fresh: the target has no slot
+ * yet.  An asynchronous leg whose superblock is to be given back
+ * (check_alias) is left in *restore.
  */
 static int
-claim_target (struct resync *rs, struct leg **restore)
+claim_target (struct resync *rs, bool fresh, struct leg **restore)
 {
   struct volume *v = rs->v;
   struct leg *l = rs->target;
-  const bool fresh = l->slot < 0;
 
   if (!v->metadata) {
     ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);   /* as status reads it */
@@ -351,7 +373,7 @@ prepare_target (struct resync *rs)
   int r;
 
   pthread_mutex_lock (&v->change_lock);
-  r = claim_target (rs, &restore);
+  r = claim_target (rs, fresh, &restore);
   pthread_mutex_unlock (&v->change_lock);
   if (r == -1 || !v->metadata)
     goto out;
@@ -382,14 +404,8 @@ prepare_target (struct resync *rs)
   member_change_end (v);
   return r;
  out:
-  /* An asynchronous leg whose disk the target turned out to be gets
-   * its own superblock back, not under change_lock (refuse_alias).
-   */
-  if (restore && async_write_sb (restore->aq) != 0) {
-    char b[160];
-    nbdkit_error ("%s: cannot restore its superblock",
-                  leg_name (restore, b, sizeof b));
-  }
+  if (restore)
+    restore_async_sb (restore);
   return r;
 }
 

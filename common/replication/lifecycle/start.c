@@ -43,6 +43,7 @@
 #include "member.h"
 #include "election.h"
 #include "metaio.h"
+#include "slots.h"
 #include "copy.h"
 #include "al.h"
 #include "random.h"
@@ -497,7 +498,8 @@ check_identities (struct volume *v, uint16_t legs)
   struct superblock sb;
   enum meta_status st;
   char err[256], a[160], b[160];
-  size_t i, j;
+  const struct leg *o;
+  size_t i;
 
   for (i = 0; i < v->nr_legs; ++i) {
     struct leg *l = &v->legs[i];
@@ -510,15 +512,17 @@ check_identities (struct volume *v, uint16_t legs)
     }
     if (memcmp (sb.leg_uuid, l->uuid, 16) == 0)
       continue;
-    for (j = 0; j < v->nr_legs; ++j)
-      if (j != i && memcmp (sb.leg_uuid, v->legs[j].uuid, 16) == 0) {
-        nbdkit_error ("%s and %s are the same storage reached by two URIs: "
-                      "remove one of them", leg_name (l, a, sizeof a),
-                      leg_name (&v->legs[j], b, sizeof b));
-        return -1;
-      }
-    nbdkit_error ("%s: its superblock changed under us", leg_name (l, a,
-                                                                  sizeof a));
+    {
+      ACQUIRE_LOCK_FOR_CURRENT_SCOPE (&v->lock);
+      o = slots_leg_of_uuid (v, l, sb.leg_uuid);
+    }
+    if (o)
+      nbdkit_error ("%s and %s are the same storage reached by two URIs: "
+                    "remove one of them", leg_name (l, a, sizeof a),
+                    leg_name (o, b, sizeof b));
+    else
+      nbdkit_error ("%s: its superblock changed under us",
+                    leg_name (l, a, sizeof a));
     return -1;
   }
   return 0;

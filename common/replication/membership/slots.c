@@ -114,6 +114,23 @@ slots_orphaned (struct volume *v, int s, const struct leg *except)
     !slot_held (v, s, except) && slots_unreached_leg (v) == NULL;
 }
 
+/* The leg that carries uuid (see slots.h). */
+struct leg *
+slots_leg_of_uuid (struct volume *v, const struct leg *except,
+                   const uint8_t *uuid)
+{
+  size_t i;
+
+  assert (member_lock_held (v));
+  for (i = 0; i < v->nr_legs; ++i) {
+    struct leg *o = &v->legs[i];
+    if (o != except && atomic_load (&o->state) != LEG_REMOVED &&
+        !uuid_is_zero (o->uuid) && memcmp (o->uuid, uuid, 16) == 0)
+      return o;
+  }
+  return NULL;
+}
+
 /* The orphaned slot absent the longest, or -1 (see slots.h). */
 int
 slots_find_orphan (struct volume *v)

@@ -41,6 +41,14 @@ extern int slots_recycle_orphan (struct volume *v);
  */
 extern int slots_release (struct volume *v, int s, const char *why);
 
+/* The leg of the volume, other than except and not removed, whose
+ * leg UUID is uuid, or NULL.  v->lock held (a leg's UUID changes under
+ * it).
+ */
+extern struct leg *slots_leg_of_uuid (struct volume *v,
+                                      const struct leg *except,
+                                      const uint8_t *uuid);
+
 /* Say in buf why no slot is free for a new member (max-legs, and a leg
  * not reached yet that keeps an orphaned slot from being given).
  * change_lock held.
