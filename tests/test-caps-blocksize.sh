@@ -52,9 +52,7 @@ status_check "$ctl" "leg(0)['errors'] == 0 and
 status_check "$ctl" "s['volume']['state'] == 'healthy'"
 stop_controller c
 # The oracle's nbdcopy would read in requests over 64 KiB: the files.
-for n in 0 1; do
-  cmp -n "$(stat -c %s "$expected")" "$expected" "$tmpdir/r$n.img"
-done
+compare_leg_files "$expected" 0 1
 stop_replica 0
 stop_replica 1
 

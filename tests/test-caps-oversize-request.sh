@@ -58,9 +58,7 @@ status_check "$ctl" "s['volume']['state'] == 'healthy' and
   leg(0)['errors'] == 0 and leg(1)['errors'] == 0 and
   leg(0)['reads'] > 0"
 stop_controller c
-for n in 0 1; do
-  cmp -n "$(stat -c %s "$expected")" "$expected" "$tmpdir/r$n.img"
-done
+compare_leg_files "$expected" 0 1
 stop_replica 0
 stop_replica 1
 
@@ -77,8 +75,6 @@ wait_volume_state 30 "$ctl" healthy
 status_check "$ctl" "leg(0)['errors'] == 0 and leg(1)['errors'] == 0"
 new_expected "$expected" "$d_uri"
 stop_controller d
-for n in 0 1; do
-  cmp -n "$(stat -c %s "$expected")" "$expected" "$tmpdir/r$n.img"
-done
+compare_leg_files "$expected" 0 1
 stop_replica 0
 stop_replica 1
