@@ -65,6 +65,26 @@ int replicate_debug_queue_pause = 0;        /* exported by the .syms */
 int replicate_debug_ticket_pause = 0;       /* exported by the .syms */
 static atomic_bool ticket_paused;           /* it paused a write */
 
+/* A piece of a request of op, at most piece bytes, that every leg
+ * accepts: a read, a write, and a zero that a leg without native
+ * write-zeroes gets as writes of zeroes (when a leg declared a
+ * maximum), go out within the maximum block size the clients were
+ * told, which every leg accepts (caps_leg_fits).  A client may send more (nbdkit 1.32 and
+ * libnbd 1.14 do not enforce the maximum): a leg whose server enforces
+ * a smaller one would refuse what the others took, and be failed.
+ */
+uint64_t
+io_piece_within (struct volume *v, enum leg_op op, uint64_t piece)
+{
+  uint32_t max = caps_request_max (&v->caps);
+
+  if ((op == OP_READ || op == OP_WRITE ||
+       (op == OP_ZERO && !v->caps.trim && v->caps.max_block != 0)) &&
+      max < piece)
+    return max;
+  return piece;
+}
+
 /* Largest piece a write-like request is cut into. */
 uint64_t
 io_max_piece (struct volume *v)
@@ -210,21 +230,9 @@ write_piece (struct volume *v, const struct leg_cmd *cmd)
 static int
 write_request (struct volume *v, struct leg_cmd *cmd, int *err)
 {
-  uint64_t piece = io_max_piece (v);
+  uint64_t piece = io_piece_within (v, cmd->op, io_max_piece (v));
   uint64_t end = cmd->offset + cmd->count;
   int e;
-
-  /* A write, and a zero that a leg without native write-zeroes gets as
-   * writes of zeroes (when a leg declared a maximum), go out within the
-   * maximum block size the clients were told, which every leg accepts
-   * (caps_leg_fits).  A client may send more (nbdkit 1.32 and libnbd
-   * 1.14 do not enforce the maximum): a leg whose server enforces a
-   * smaller one would refuse what the others took, and be failed.
-   */
-  if ((cmd->op == OP_WRITE ||
-       (cmd->op == OP_ZERO && !v->caps.trim && v->caps.max_block != 0)) &&
-      caps_request_max (&v->caps) < piece)
-    piece = caps_request_max (&v->caps);
 
   if (misaligned (v, cmd->offset, cmd->count)) {
     *err = EINVAL;
@@ -386,18 +394,14 @@ engine_pread (struct volume *v, void *buf, uint32_t count, uint64_t offset,
   struct leg_cmd cmd = {
     .op = OP_READ, .buf = buf, .count = count, .offset = offset,
   };
-
-  uint32_t piece = caps_request_max (&v->caps);
+  uint32_t piece = io_piece_within (v, OP_READ, UINT32_MAX);
 
   if (misaligned (v, offset, count)) {
     *err = EINVAL;
     return -1;
   }
   atomic_fetch_add_explicit (&v->client_requests, 1, memory_order_relaxed);
-  /* Within the maximum block size the clients were told, as writes
-   * (write_request): a leg that enforces it would refuse more.
-   */
-  while (count > piece) {
+  while (count > piece) {       /* see io_piece_within */
     cmd.count = piece;
     if (io_read_from_legs (v, &cmd, 0, EIO, err) == -1)
       return -1;

@@ -29,6 +29,9 @@ extern void io_discard_async (struct volume *v, uint16_t async,
                               const struct leg_cmd *cmd);
 /* Largest piece a write-like request is cut into. */
 extern uint64_t io_max_piece (struct volume *v);
+/* piece, or less: what every leg accepts of a request of op. */
+extern uint64_t io_piece_within (struct volume *v, enum leg_op op,
+                                 uint64_t piece);
 
 /* Mark [offset, offset+count) in the bitmaps of the absent slots. */
 extern void io_mark_absent (struct volume *v, uint16_t absent,

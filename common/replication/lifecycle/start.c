@@ -43,6 +43,7 @@
 #include "member.h"
 #include "election.h"
 #include "metaio.h"
+#include "io.h"
 #include "slots.h"
 #include "copy.h"
 #include "al.h"
@@ -153,21 +154,18 @@ negotiate (struct volume *v)
   caps_combine (caps, n, &v->caps);
 }
 
-/* Write zeroes over the data area of every leg (init=zero).  A leg
- * without native write-zeroes gets writes of zeroes: within the
- * maximum block size when a leg declared one, as on the data path
- * (io.c).
+/* Write zeroes over the data area of every leg (init=zero), in pieces
+ * every leg accepts, as on the data path (io_piece_within: a leg
+ * without native write-zeroes gets writes of zeroes).
  */
 static int
 zero_all_legs (struct volume *v)
 {
-  uint64_t off, step = 64 * 1024 * 1024;
+  uint64_t off, step;
   size_t i;
 
   negotiate (v);
-  if (!v->caps.trim && v->caps.max_block != 0 &&
-      caps_request_max (&v->caps) < step)
-    step = caps_request_max (&v->caps);
+  step = io_piece_within (v, OP_ZERO, 64 * 1024 * 1024);
   nbdkit_debug ("init=zero: zeroing %" PRIu64 " bytes on every leg", v->size);
   for (off = 0; off < v->size; off += step) {
     uint64_t n = v->size - off < step ? v->size - off : step;
